@@ -1,0 +1,39 @@
+"""Ostinato: experience replay with DeepMind Reverb's Python API.
+
+``import ostinato as reverb`` runs Reverb code. Importing the package loads numpy and optree
+only; frameworks (TensorFlow, PyTorch, JAX) and gRPC are imported when a feature needs them.
+"""
+
+from ostinato import errors, rate_limiters, selectors
+from ostinato.client import Client
+from ostinato.core.extensions import TableExtension
+from ostinato.core.table import Table
+from ostinato.errors import DeadlineExceededError, RateLimiterTimeout, ReverbError
+from ostinato.server import Server, TableExtensionBase
+from ostinato.types import ReplaySample, SampleInfo, TableInfo, TensorSpec
+from ostinato.writers.columns import TrajectoryColumn
+from ostinato.writers.legacy_writer import Writer
+from ostinato.writers.trajectory_writer import TrajectoryWriter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "DeadlineExceededError",
+    "RateLimiterTimeout",
+    "ReplaySample",
+    "ReverbError",
+    "SampleInfo",
+    "Server",
+    "Table",
+    "TableExtension",
+    "TableExtensionBase",
+    "TableInfo",
+    "TensorSpec",
+    "TrajectoryColumn",
+    "TrajectoryWriter",
+    "Writer",
+    "errors",
+    "rate_limiters",
+    "selectors",
+]

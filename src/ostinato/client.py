@@ -1,0 +1,340 @@
+"""The client: Reverb's ``reverb.Client`` API over a pluggable transport."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from ostinato import errors
+from ostinato.core import items as items_lib
+from ostinato.core.chunk_store import Chunk
+from ostinato.core.deadline import Deadline
+from ostinato.decode import item_columns, stack_batch
+from ostinato.transport.base import TableMeta, Transport
+from ostinato.types import ReplaySample, SampleInfo, TableInfo, is_spec_like
+from ostinato.writers.chunker import new_key, to_array
+from ostinato.writers.legacy_writer import Writer
+from ostinato.writers.trajectory_writer import TrajectoryWriter
+
+#: Largest number of items a ``Client.sample`` generator takes from the table per request.
+SAMPLE_REQUEST_SIZE = 1024
+
+
+def _seconds_from_ms(timeout_ms: int | None) -> float | None:
+    if timeout_ms is None or timeout_ms < 0:
+        return None
+    return timeout_ms / 1000.0
+
+
+class Client:
+    """Client of a replay server.
+
+    Args:
+      server_address: ``host:port`` of the server. A server running in this process at that
+        port is used directly (no sockets, no serialisation).
+
+    No connection is made at construction. Clients can be pickled (they are rebuilt from the
+    address).
+
+    Example:
+      >>> client = reverb.Client(f"localhost:{server.port}")
+      >>> client.insert([np.zeros(3)], priorities={"replay": 1.0})
+      >>> sample = next(client.sample("replay"))
+    """
+
+    def __init__(self, server_address: str, *, transport: Transport | None = None):
+        if not isinstance(server_address, str) or not server_address:
+            raise ValueError(f"server_address ({server_address!r}) must be a non-empty 'host:port' string")
+        self._server_address = server_address
+        self._transport = transport
+        self._signature_cache: dict[str, Any] = {}
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    @property
+    def server_address(self) -> str:
+        return self._server_address
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Client, (self._server_address,))
+
+    def __repr__(self) -> str:
+        return f"Client, server_address={self._server_address}"
+
+    def _resolve(self) -> Transport | None:
+        from ostinato.server import local_server_for
+        from ostinato.transport.inprocess import InProcessTransport
+
+        server = local_server_for(self._server_address)
+        if server is not None:
+            return InProcessTransport(server, self._server_address)
+        return None
+
+    def _get_transport(self, deadline: Deadline | None = None) -> Transport:
+        t = self._transport
+        if t is not None and not getattr(getattr(t, "_server", None), "stopped", False):
+            return t
+        deadline = deadline or Deadline.after(0)
+        while True:
+            t = self._resolve()
+            if t is not None:
+                self._transport = t
+                return t
+            if deadline.expired() or deadline.is_never:
+                raise errors.UnavailableError(
+                    f"No Ostinato server is running at {self._server_address} in this process "
+                    "(this release serves clients in the server's own process only).",
+                    self._server_address)
+            time.sleep(min(0.05, deadline.remaining() or 0.05))
+
+    def _meta(self, table: str) -> TableMeta:
+        return self._get_transport().table_meta(table)
+
+    # -- writing --------------------------------------------------------------------------------------
+    def insert(self, data: Any, priorities: dict[str, float], *, timeout: float | None = None) -> None:
+        """Inserts one step of ``data`` as an item (of length 1) into each table of ``priorities``.
+
+        The data is stored once, however many tables get an item. Blocks until every table's
+        rate limiter admitted its item.
+
+        Args:
+          data: a nest of arrays/scalars.
+          priorities: table name -> priority.
+          timeout: (Ostinato only) seconds to wait for the rate limiters; ``None`` = forever.
+        """
+        if not priorities:
+            raise ValueError("priorities must contain at least one item")
+        transport = self._get_transport()
+        leaves = optree.tree_leaves(data, none_is_leaf=True)
+        if not leaves:
+            raise ValueError("data must contain at least one value")
+        episode = new_key()
+        packed: list[Any] = []
+        for leaf in leaves:
+            if leaf is None:
+                raise ValueError("data must not contain None values")
+            arr = to_array(leaf)
+            buf = np.empty((1, *arr.shape), dtype=arr.dtype)
+            buf[0] = arr
+            buf.flags.writeable = False
+            packed.extend((Chunk(new_key(), buf, episode), 0, 1))
+        trajectory = tuple(packed)
+        squeeze = items_lib.intern_squeeze([False] * len(leaves))
+        deadline = Deadline.after(timeout)
+        for table, priority in priorities.items():
+            priority = float(priority)
+            if priority != priority:
+                raise ValueError("`priority` must not be nan.")
+            meta = transport.table_meta(table)
+            if meta.reject_negative and priority < 0:
+                raise errors.InvalidArgumentError(
+                    f"Priority must not be negative (got {priority} for table {table!r}).")
+            if meta.flat_signature is not None:
+                _check_insert_signature(table, meta, trajectory)
+        for table, priority in priorities.items():
+            transport.insert(table, [(new_key(), float(priority), trajectory, squeeze)], deadline)
+
+    def writer(self, max_sequence_length: int, delta_encoded: bool = False,
+               chunk_length: int | None = None, max_in_flight_items: int | None = 25) -> Writer:
+        """Reverb's legacy writer (items are the last ``num_timesteps`` whole steps)."""
+        return Writer(self._get_transport(), max_sequence_length, delta_encoded=delta_encoded,
+                      chunk_length=chunk_length, max_in_flight_items=max_in_flight_items)
+
+    def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True,
+                          max_chunk_length: int | None = None,
+                          max_pending_items: int | None = None) -> TrajectoryWriter:
+        """A :class:`~ostinato.writers.trajectory_writer.TrajectoryWriter`.
+
+        Args:
+          num_keep_alive_refs: how many of the newest steps items may refer to.
+          validate_items: check table names, priorities and signatures at ``create_item``.
+          max_chunk_length: (Ostinato only) rows per chunk; default sizes chunks by bytes.
+          max_pending_items: (Ostinato only) items held back by the rate limiter before
+            ``create_item`` blocks.
+        """
+        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
+                or num_keep_alive_refs < 1:
+            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        kwargs: dict[str, Any] = {}
+        if max_pending_items is not None:
+            kwargs["max_pending_items"] = max_pending_items
+        return TrajectoryWriter(self._get_transport(), num_keep_alive_refs,
+                                validate_items=validate_items, max_chunk_length=max_chunk_length,
+                                **kwargs)
+
+    def structured_writer(self, configs: Sequence[Any]) -> Any:
+        raise NotImplementedError("structured_writer is not available in this release of Ostinato")
+
+    # -- sampling -------------------------------------------------------------------------------------
+    def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = True,
+               unpack_as_table_signature: bool = False,
+               timeout: float | None = None) -> Iterator[Any]:
+        """Yields ``num_samples`` sampled items.
+
+        Args:
+          table: table name.
+          num_samples: how many items to sample (>= 1).
+          emit_timesteps: yield each item as a list of ``ReplaySample``, one per step (an item
+            whose columns are all squeezed is one step); otherwise one ``ReplaySample`` whose
+            ``data`` holds whole columns.
+          unpack_as_table_signature: shape ``data`` like the table's signature.
+          timeout: (Ostinato only) seconds to wait for the rate limiter per request; on expiry
+            ``RateLimiterTimeout`` is raised.
+
+        Tables that delete items when sampled (``max_times_sampled``) are sampled one item per
+        request, so abandoning the generator never loses an item. Other tables are sampled in
+        requests of up to ``num_samples`` items.
+        """
+        if num_samples == -1:
+            return
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"max_samples ({num_samples}) must be -1 or >= 1")
+        transport = self._get_transport()
+        meta = transport.table_meta(table)
+        structure = None
+        if unpack_as_table_signature and meta.signature is not None:
+            structure = optree.tree_structure(meta.signature, is_leaf=is_spec_like, none_is_leaf=True)
+        remaining = int(num_samples)
+        per_request = 1 if meta.max_times_sampled else SAMPLE_REQUEST_SIZE
+        while remaining > 0:
+            batch = transport.sample(table, min(remaining, per_request), Deadline.after(timeout))
+            remaining -= len(batch)
+            keys = batch.keys.tolist()
+            probs = batch.probabilities.tolist()
+            sizes = batch.table_sizes.tolist()
+            prios = batch.priorities.tolist()
+            times = batch.times_sampled.tolist()
+            for i, (traj, sq) in enumerate(zip(batch.trajectories, batch.squeeze)):
+                info = SampleInfo(keys[i], probs[i], sizes[i], prios[i], times[i])
+                cols = item_columns(traj, sq)
+                if not emit_timesteps:
+                    data = cols if structure is None else optree.tree_unflatten(structure, cols)
+                    yield ReplaySample(info, data)
+                    continue
+                yield _timesteps(info, cols, sq, structure)
+
+    def sample_batch(self, table: str, batch_size: int, *, timeout: float | None = None,
+                     unpack_as_table_signature: bool = True) -> ReplaySample:
+        """Samples up to ``batch_size`` items at once and stacks them (Ostinato only).
+
+        Returns:
+          ``ReplaySample(info, data)``: ``info`` is a :class:`SampleInfo` of numpy arrays;
+          ``data`` holds one array per column with a leading batch dimension, shaped like the
+          table's signature when it has one (else a flat list). Fewer than ``batch_size`` items
+          come back only when the rate limiter stops the batch early.
+
+        Raises:
+          ValueError: the sampled items cannot be stacked (different shapes).
+          RateLimiterTimeout: nothing could be sampled within ``timeout`` seconds.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size ({batch_size}) must be a positive integer")
+        transport = self._get_transport()
+        batch = transport.sample(table, int(batch_size), Deadline.after(timeout))
+        cols = stack_batch(batch)
+        data: Any = cols
+        if unpack_as_table_signature:
+            meta = transport.table_meta(table)
+            if meta.signature is not None:
+                structure = optree.tree_structure(meta.signature, is_leaf=is_spec_like,
+                                                  none_is_leaf=True)
+                data = optree.tree_unflatten(structure, cols)
+        info = SampleInfo(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
+                          batch.times_sampled)
+        return ReplaySample(info, data)
+
+    # -- priorities, deletes, reset --------------------------------------------------------------------
+    def mutate_priorities(self, table: str, updates: dict[int, float] | None = None,
+                          deletes: Sequence[int] | None = None) -> None:
+        """Updates priorities and deletes items (deletes first); unknown keys are ignored.
+
+        All new priorities are validated before anything changes (Reverb could apply part).
+        """
+        self._get_transport().mutate_priorities(table, updates, deletes, Deadline.never())
+
+    def update_priorities(self, table: str, keys: Sequence[int] | np.ndarray,
+                          priorities: Sequence[float] | np.ndarray) -> int:
+        """Sets new priorities for many items at once (Ostinato only). Unknown keys are ignored.
+
+        Returns:
+          How many items were updated.
+        """
+        return self._get_transport().update_priorities(
+            table, np.asarray(keys), np.asarray(priorities, dtype=np.float64), Deadline.never())
+
+    def delete(self, table: str, keys: Sequence[int] | np.ndarray) -> int:
+        """Deletes items by key (Ostinato only). Returns how many existed."""
+        return self._get_transport().delete(table, np.asarray(keys), Deadline.never())
+
+    def reset(self, table: str) -> None:
+        """Removes all items of ``table`` and resets its rate limiter and statistics."""
+        self._get_transport().reset(table, Deadline.never())
+
+    def server_info(self, timeout: int | None = None) -> dict[str, TableInfo]:
+        """Table name -> :class:`~ostinato.types.TableInfo`.
+
+        Args:
+          timeout: seconds to wait for the server; ``None`` or ``<= 0`` fails at once when no
+            server can be reached rather than waiting forever.
+        """
+        wait = timeout is not None and timeout > 0
+        try:
+            transport = self._get_transport(Deadline.after(timeout) if wait else None)
+        except errors.UnavailableError as e:
+            if wait:
+                raise errors.DeadlineExceededError(
+                    f"ServerInfo call did not complete within provided timeout of {timeout}s "
+                    f"(no server at {self._server_address})") from e
+            raise
+        info = transport.server_info(Deadline.after(timeout) if wait else Deadline.never())
+        if not self._signature_cache:
+            self._signature_cache = {name: i.signature for name, i in info.items()}
+        return info
+
+    def checkpoint(self) -> str:
+        """Asks the server to write a checkpoint; returns its path."""
+        return self._get_transport().checkpoint(Deadline.never())
+
+
+def _timesteps(info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...],
+               structure: Any) -> list[ReplaySample]:
+    if all(sq):
+        data: Any = cols
+        return [ReplaySample(info, data if structure is None else optree.tree_unflatten(structure, cols))]
+    if any(sq):
+        raise ValueError("Can't split non timestep trajectory into timesteps: some columns are "
+                         "squeezed (single steps) and others are not.")
+    lengths = {len(c) for c in cols}
+    if len(lengths) != 1:
+        raise ValueError("Can't split non timestep trajectory into timesteps: columns have "
+                         f"lengths {sorted(lengths)}.")
+    out = []
+    for t in range(lengths.pop()):
+        step = [np.asarray(c[t]) for c in cols]
+        out.append(ReplaySample(info, step if structure is None else optree.tree_unflatten(structure, step)))
+    return out
+
+
+def _check_insert_signature(table: str, meta: TableMeta, trajectory: tuple[Any, ...]) -> None:
+    sig = meta.flat_signature
+    assert sig is not None
+    chunks = trajectory[0::3]
+    if len(chunks) != len(sig):
+        raise ValueError(
+            f"Unable to create item in table '{table}' since the provided data has "
+            f"{len(chunks)} columns but the table signature has {len(sig)} columns.")
+    for i, (c, spec) in enumerate(zip(chunks, sig)):
+        d = c.data
+        if d.dtype != spec.dtype or not (spec.is_compatible_with(d.shape)
+                                         or spec.is_compatible_with(d.shape[1:])):
+            from ostinato.types import dtype_name, shape_str
+
+            raise ValueError(
+                f"Unable to create item in table '{table}': the table expects column {i} "
+                f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} tensor "
+                f"but got a {dtype_name(d.dtype)} {shape_str(d.shape[1:])} tensor.")
+
+

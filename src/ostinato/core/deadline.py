@@ -1,0 +1,51 @@
+"""One deadline type used by every blocking call."""
+
+from __future__ import annotations
+
+import math
+import time
+
+
+class Deadline:
+    """A point in time on the monotonic clock, or "never".
+
+    Public APIs accept Reverb's styles (``timeout_ms``, ``timeout`` in seconds, ``None``); they
+    convert to a Deadline once at the edge and pass it down.
+    """
+
+    __slots__ = ("_at",)
+
+    def __init__(self, at: float | None):
+        self._at = at
+
+    @classmethod
+    def never(cls) -> Deadline:
+        return cls(None)
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        """``None`` means no deadline; 0 or less means already expired."""
+        if seconds is None or math.isinf(seconds):
+            return cls(None)
+        return cls(time.monotonic() + max(0.0, float(seconds)))
+
+    @classmethod
+    def from_ms(cls, timeout_ms: int | None) -> Deadline:
+        return cls.after(None if timeout_ms is None else timeout_ms / 1000.0)
+
+    @property
+    def is_never(self) -> bool:
+        return self._at is None
+
+    def remaining(self) -> float | None:
+        """Seconds left (>= 0), or ``None`` if there is no deadline."""
+        if self._at is None:
+            return None
+        return max(0.0, self._at - time.monotonic())
+
+    def expired(self) -> bool:
+        return self._at is not None and time.monotonic() >= self._at
+
+    def __repr__(self) -> str:
+        r = self.remaining()
+        return "Deadline(never)" if r is None else f"Deadline(in {r:.3f}s)"

@@ -1,0 +1,95 @@
+"""Compact item trajectories and sampled batches.
+
+An item's trajectory is a list of columns; a column is a list of slices ``(chunk, offset,
+length)`` plus a squeeze flag. To keep per-item memory small, a trajectory whose columns are
+each one slice is packed into one flat tuple ``(chunk0, offset0, length0, chunk1, ...)``; any
+other trajectory is a tuple of per-column tuples of slices. Squeeze flags are a tuple of bools
+interned so that items share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato.core.chunk_store import Chunk
+
+Slice = tuple[Chunk, int, int]
+Packed = tuple[Any, ...]
+
+_SQUEEZE_CACHE: dict[tuple[bool, ...], tuple[bool, ...]] = {}
+
+
+def intern_squeeze(flags: Sequence[bool]) -> tuple[bool, ...]:
+    t = tuple(bool(f) for f in flags)
+    return _SQUEEZE_CACHE.setdefault(t, t)
+
+
+def pack(columns: Sequence[Sequence[Slice]]) -> Packed:
+    """Packs columns of slices (see module docstring)."""
+    if all(len(c) == 1 for c in columns):
+        out: list[Any] = []
+        for c in columns:
+            out.extend(c[0])
+        return tuple(out)
+    return tuple(tuple(c) for c in columns)
+
+
+def is_flat(packed: Packed) -> bool:
+    return type(packed[0]) is Chunk
+
+
+def columns(packed: Packed) -> list[tuple[Slice, ...]]:
+    """Unpacks to a list of columns, each a tuple of slices."""
+    if type(packed[0]) is Chunk:
+        return [((packed[i], packed[i + 1], packed[i + 2]),) for i in range(0, len(packed), 3)]
+    return list(packed)
+
+
+def num_columns(packed: Packed) -> int:
+    return len(packed) // 3 if type(packed[0]) is Chunk else len(packed)
+
+
+def iter_chunks(packed: Packed) -> Iterator[Chunk]:
+    """Every chunk reference of the trajectory (a chunk appears once per slice)."""
+    if type(packed[0]) is Chunk:
+        yield from packed[0::3]
+    else:
+        for col in packed:
+            for s in col:
+                yield s[0]
+
+
+def column_lengths(packed: Packed) -> list[int]:
+    if type(packed[0]) is Chunk:
+        return list(packed[2::3])
+    return [sum(s[2] for s in col) for col in packed]
+
+
+class SampleBatch:
+    """Items sampled from a table in one call.
+
+    Attributes are numpy arrays of length ``n`` (``keys`` uint64, ``probabilities`` float64,
+    ``table_sizes`` int64, ``priorities`` float64, ``times_sampled`` int32), plus lists of packed
+    ``trajectories`` and ``squeeze`` flags.
+    """
+
+    __slots__ = ("keys", "probabilities", "table_sizes", "priorities", "times_sampled",
+                 "trajectories", "squeeze", "rate_limited")
+
+    def __init__(self, keys: np.ndarray, probabilities: np.ndarray, table_sizes: np.ndarray,
+                 priorities: np.ndarray, times_sampled: np.ndarray, trajectories: list[Packed],
+                 squeeze: list[tuple[bool, ...]], rate_limited: bool = False):
+        self.keys = keys
+        self.probabilities = probabilities
+        self.table_sizes = table_sizes
+        self.priorities = priorities
+        self.times_sampled = times_sampled
+        self.trajectories = trajectories
+        self.squeeze = squeeze
+        self.rate_limited = rate_limited
+
+    def __len__(self) -> int:
+        return len(self.keys)

@@ -1,0 +1,470 @@
+"""Item selectors: which item a table samples, or removes when it is full.
+
+Each selector can serve as sampler and as remover. Selectors see table *slots* (small dense
+integers the table assigns to items) and priorities; they are not thread-safe, the owning table
+calls them under its lock.
+
+* :class:`Uniform` -- every item equally likely; probability ``1/n``.
+* :class:`Prioritized` -- probability ``w_i / sum(w)`` with ``w = priority ** priority_exponent``
+  (and ``w = 0`` for priority 0); a :class:`~ostinato.core.sum_tree.SumTree` makes sampling and
+  updates O(log n), vectorised over a batch.
+* :class:`Fifo` / :class:`Lifo` -- oldest / newest inserted item, probability 1.
+* :class:`HeapSelector` (``MinHeap()`` / ``MaxHeap()``) -- lowest / highest priority; ties go to
+  the item least recently inserted or updated; probability 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from ostinato.core.sum_tree import SumTree
+from ostinato.types import HeapOptions, KeyDistributionOptions, PrioritizedOptions
+
+
+def _grow(arr: np.ndarray, need: int, fill: int = -1) -> np.ndarray:
+    n = len(arr)
+    if need <= n:
+        return arr
+    new = np.full(max(need, 2 * n, 64), fill, dtype=arr.dtype)
+    new[:n] = arr
+    return new
+
+
+class ItemSelector:
+    """Base class of all selectors (Reverb's ``pybind.ItemSelector``)."""
+
+    #: True when ``sample`` always returns the same item until the selector changes.
+    deterministic: bool = False
+
+    def validate_priority(self, priority: float) -> None:
+        """Raises ``ValueError`` if the priority is not acceptable to this selector."""
+
+    def validate_priorities(self, priorities: np.ndarray) -> None:
+        """Vectorised :meth:`validate_priority`."""
+
+    def insert(self, slot: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def update(self, slot: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        for s, p in zip(slots.tolist(), priorities.tolist()):
+            self.update(s, p)
+
+    def delete(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        raise NotImplementedError
+
+    def sample_many(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """k independent samples (with replacement) as (slots, probabilities)."""
+        slot, p = self.sample(rng)
+        return np.full(k, slot, dtype=np.int64), np.full(k, p, dtype=np.float64)
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def options(self) -> KeyDistributionOptions:
+        raise NotImplementedError
+
+    def clone(self) -> ItemSelector:
+        """A new, empty selector with the same configuration."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+class Uniform(ItemSelector):
+    """Samples every item with equal probability."""
+
+    def __init__(self) -> None:
+        self._dense = np.zeros(64, dtype=np.int64)
+        self._pos = np.full(64, -1, dtype=np.int64)
+        self._n = 0
+
+    def insert(self, slot: int, priority: float) -> None:
+        if slot >= len(self._pos):
+            self._pos = _grow(self._pos, slot + 1)
+        if self._n >= len(self._dense):
+            self._dense = _grow(self._dense, self._n + 1, 0)
+        self._dense[self._n] = slot
+        self._pos[slot] = self._n
+        self._n += 1
+
+    def update(self, slot: int, priority: float) -> None:
+        pass
+
+    def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        pass
+
+    def delete(self, slot: int) -> None:
+        i = int(self._pos[slot])
+        self._n -= 1
+        last = int(self._dense[self._n])
+        self._dense[i] = last
+        self._pos[last] = i
+        self._pos[slot] = -1
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        i = int(rng.integers(self._n))
+        return int(self._dense[i]), 1.0 / self._n
+
+    def sample_many(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        idx = rng.integers(0, self._n, size=k)
+        return self._dense[idx], np.full(k, 1.0 / self._n)
+
+    def live_slots(self) -> np.ndarray:
+        return self._dense[: self._n]
+
+    def clear(self) -> None:
+        self._pos[:] = -1
+        self._n = 0
+
+    def options(self) -> KeyDistributionOptions:
+        return KeyDistributionOptions(uniform=True, is_deterministic=False)
+
+    def clone(self) -> Uniform:
+        return Uniform()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return "UniformSelector"
+
+
+class Prioritized(ItemSelector):
+    """Samples items with probability proportional to ``priority ** priority_exponent``.
+
+    Args:
+      priority_exponent: the exponent (often called alpha); a finite number >= 0. Priority 0
+        gives weight 0 (never sampled while any weight is positive), even with exponent 0.
+    """
+
+    def __init__(self, priority_exponent: float):
+        try:
+            e = float(priority_exponent)
+        except (TypeError, ValueError):
+            raise ValueError(f"priority_exponent ({priority_exponent!r}) must be a number") from None
+        if not math.isfinite(e) or e < 0:
+            raise ValueError(f"priority_exponent ({priority_exponent!r}) must be a finite number >= 0")
+        self._exponent = e
+        self._tree = SumTree(1024)
+        self._uniform = Uniform()  # live slots, for the all-zero-weight fallback
+
+    @property
+    def priority_exponent(self) -> float:
+        return self._exponent
+
+    def validate_priority(self, priority: float) -> None:
+        if priority != priority:
+            raise ValueError("Priority must not be NaN.")
+        if priority < 0:
+            raise ValueError(f"Priority must not be negative (got {priority}).")
+
+    def validate_priorities(self, priorities: np.ndarray) -> None:
+        if np.isnan(priorities).any():
+            raise ValueError("Priority must not be NaN.")
+        if (priorities < 0).any():
+            bad = priorities[priorities < 0][0]
+            raise ValueError(f"Priority must not be negative (got {bad}).")
+
+    def _weight(self, priority: float) -> float:
+        return 0.0 if priority == 0 else priority**self._exponent
+
+    def _weights(self, priorities: np.ndarray) -> np.ndarray:
+        w = np.power(priorities.astype(np.float64), self._exponent)
+        w[priorities == 0] = 0.0
+        return w
+
+    def insert(self, slot: int, priority: float) -> None:
+        self._tree.set(slot, self._weight(priority))
+        self._uniform.insert(slot, priority)
+
+    def insert_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        self._tree.set_many(slots, self._weights(priorities))
+        for s in slots.tolist():
+            self._uniform.insert(s, 0.0)
+
+    def update(self, slot: int, priority: float) -> None:
+        self._tree.set(slot, self._weight(priority))
+
+    def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        self._tree.set_many(slots, self._weights(priorities))
+
+    def delete(self, slot: int) -> None:
+        self._tree.set(slot, 0.0)
+        self._uniform.delete(slot)
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        total = self._tree.total
+        if total <= 0 or not math.isfinite(total):
+            return self._uniform.sample(rng)
+        for _ in range(64):
+            slot = self._tree.find(rng.random() * total)
+            w = self._tree.get(slot)
+            if w > 0:
+                return slot, w / total
+        raise RuntimeError("prioritized sampling failed to find a positive weight")  # unreachable
+
+    def sample_many(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        total = self._tree.total
+        if total <= 0 or not math.isfinite(total):
+            return self._uniform.sample_many(k, rng)
+        slots = self._tree.find_many(rng.random(k) * total)
+        w = self._tree.get_many(slots)
+        bad = w <= 0  # floating point rounding at an interval edge: draw those again
+        tries = 0
+        while bad.any():
+            tries += 1
+            if tries > 64:
+                raise RuntimeError("prioritized sampling failed to find positive weights")
+            nb = int(bad.sum())
+            slots[bad] = self._tree.find_many(rng.random(nb) * total)
+            w = self._tree.get_many(slots)
+            bad = w <= 0
+        return slots, w / total
+
+    def clear(self) -> None:
+        self._tree.clear()
+        self._uniform.clear()
+
+    def options(self) -> KeyDistributionOptions:
+        return KeyDistributionOptions(prioritized=PrioritizedOptions(self._exponent),
+                                      is_deterministic=False)
+
+    def clone(self) -> Prioritized:
+        return Prioritized(self._exponent)
+
+    def __len__(self) -> int:
+        return len(self._uniform)
+
+    def __repr__(self) -> str:
+        return f"PrioritizedSelector(priority_exponent={self._exponent:g})"
+
+
+class _Ordered(ItemSelector):
+    """Doubly linked list of slots in insertion order (updates do not move items)."""
+
+    deterministic = True
+    _newest_first = False
+
+    def __init__(self) -> None:
+        self._prev = np.full(64, -1, dtype=np.int64)
+        self._next = np.full(64, -1, dtype=np.int64)
+        self._head = -1  # oldest
+        self._tail = -1  # newest
+        self._n = 0
+
+    def insert(self, slot: int, priority: float) -> None:
+        if slot >= len(self._prev):
+            self._prev = _grow(self._prev, slot + 1)
+            self._next = _grow(self._next, slot + 1)
+        tail = self._tail
+        self._prev[slot] = tail
+        self._next[slot] = -1
+        if tail >= 0:
+            self._next[tail] = slot
+        else:
+            self._head = slot
+        self._tail = slot
+        self._n += 1
+
+    def update(self, slot: int, priority: float) -> None:
+        pass
+
+    def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        pass
+
+    def delete(self, slot: int) -> None:
+        p = int(self._prev[slot])
+        n = int(self._next[slot])
+        if p >= 0:
+            self._next[p] = n
+        else:
+            self._head = n
+        if n >= 0:
+            self._prev[n] = p
+        else:
+            self._tail = p
+        self._n -= 1
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        return (self._tail if self._newest_first else self._head), 1.0
+
+    def ordered_slots(self) -> list[int]:
+        """Slots from oldest to newest."""
+        out = []
+        s = self._head
+        while s >= 0:
+            out.append(s)
+            s = int(self._next[s])
+        return out
+
+    def clear(self) -> None:
+        self._head = self._tail = -1
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class Fifo(_Ordered):
+    """Selects the oldest inserted item."""
+
+    def options(self) -> KeyDistributionOptions:
+        return KeyDistributionOptions(fifo=True, is_deterministic=True)
+
+    def clone(self) -> Fifo:
+        return Fifo()
+
+    def __repr__(self) -> str:
+        return "FifoSelector"
+
+
+class Lifo(_Ordered):
+    """Selects the newest inserted item."""
+
+    _newest_first = True
+
+    def options(self) -> KeyDistributionOptions:
+        return KeyDistributionOptions(lifo=True, is_deterministic=True)
+
+    def clone(self) -> Lifo:
+        return Lifo()
+
+    def __repr__(self) -> str:
+        return "LifoSelector"
+
+
+class HeapSelector(ItemSelector):
+    """Selects the item with the lowest (``min_heap=True``) or highest priority.
+
+    Ties go to the item that was inserted or last updated earliest. Built on ``heapq`` with lazy
+    invalidation: stale entries are skipped and the heap is compacted when they pile up.
+    """
+
+    deterministic = True
+
+    def __init__(self, min_heap: bool = True):
+        self._min_heap = bool(min_heap)
+        self._sign = 1.0 if self._min_heap else -1.0
+        self._heap: list[tuple[float, int, int]] = []
+        self._version = np.full(64, -1, dtype=np.int64)  # update number of each live slot
+        self._counter = 0
+        self._n = 0
+
+    @property
+    def min_heap(self) -> bool:
+        return self._min_heap
+
+    def validate_priority(self, priority: float) -> None:
+        if priority != priority:
+            raise ValueError("Priority must not be NaN.")
+
+    def validate_priorities(self, priorities: np.ndarray) -> None:
+        if np.isnan(priorities).any():
+            raise ValueError("Priority must not be NaN.")
+
+    def _push(self, slot: int, priority: float) -> None:
+        c = self._counter
+        self._counter += 1
+        self._version[slot] = c
+        heapq.heappush(self._heap, (self._sign * priority, c, slot))
+        if len(self._heap) > 2 * self._n + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        v = self._version
+        self._heap = [e for e in self._heap if v[e[2]] == e[1]]
+        heapq.heapify(self._heap)
+
+    def insert(self, slot: int, priority: float) -> None:
+        if slot >= len(self._version):
+            self._version = _grow(self._version, slot + 1)
+        self._n += 1
+        self._push(slot, priority)
+
+    def update(self, slot: int, priority: float) -> None:
+        self._push(slot, priority)
+
+    def delete(self, slot: int) -> None:
+        self._version[slot] = -1
+        self._n -= 1
+
+    def _top(self) -> int:
+        h = self._heap
+        v = self._version
+        while h:
+            _, c, slot = h[0]
+            if v[slot] == c:
+                return slot
+            heapq.heappop(h)
+        raise IndexError("sample from an empty selector")
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        return self._top(), 1.0
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._version[:] = -1
+        self._n = 0
+
+    def options(self) -> KeyDistributionOptions:
+        return KeyDistributionOptions(heap=HeapOptions(self._min_heap), is_deterministic=True)
+
+    def clone(self) -> HeapSelector:
+        return HeapSelector(self._min_heap)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"HeapSelector(sign={1 if self._min_heap else -1})"
+
+
+def MinHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
+    """Selects the item with the lowest priority."""
+    return HeapSelector(True)
+
+
+def MaxHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
+    """Selects the item with the highest priority."""
+    return HeapSelector(False)
+
+
+def selector_from_options(options: KeyDistributionOptions) -> ItemSelector:
+    """Builds a selector from its :class:`KeyDistributionOptions` (as ``Table.replace`` needs)."""
+    which = options.WhichOneof("distribution")
+    if which == "fifo":
+        return Fifo()
+    if which == "lifo":
+        return Lifo()
+    if which == "uniform":
+        return Uniform()
+    if which == "prioritized":
+        assert options.prioritized is not None
+        return Prioritized(options.prioritized.priority_exponent)
+    if which == "heap":
+        assert options.heap is not None
+        return HeapSelector(options.heap.min_heap)
+    raise NotImplementedError(f"distribution={which}")
+
+
+__all__ = [
+    "Fifo",
+    "HeapSelector",
+    "ItemSelector",
+    "Lifo",
+    "MaxHeap",
+    "MinHeap",
+    "Prioritized",
+    "Uniform",
+    "selector_from_options",
+]

@@ -1,0 +1,116 @@
+"""A sum tree over table slots, updated and searched for whole batches at once.
+
+Leaves live at ``capacity + slot`` of one float64 array; node ``i`` holds the sum of its
+children ``2i`` and ``2i + 1``. Parents are recomputed from their children (never adjusted by
+differences), so sums do not drift. Batch operations walk the tree level by level with numpy,
+so sampling or updating k slots costs O(k log n) in a handful of vectorised steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SumTree:
+    """Non-negative weights per slot with prefix-sum search."""
+
+    def __init__(self, capacity: int = 1024):
+        cap = 1
+        while cap < max(1, capacity):
+            cap *= 2
+        self._cap = cap
+        self._depth = cap.bit_length() - 1
+        self._tree = np.zeros(2 * cap, dtype=np.float64)
+
+    @property
+    def capacity(self) -> int:
+        return self._cap
+
+    @property
+    def total(self) -> float:
+        return float(self._tree[1])
+
+    def _grow(self, min_capacity: int) -> None:
+        cap = self._cap
+        while cap < min_capacity:
+            cap *= 2
+        leaves = self._tree[self._cap:2 * self._cap].copy()
+        self._cap = cap
+        self._depth = cap.bit_length() - 1
+        self._tree = np.zeros(2 * cap, dtype=np.float64)
+        self._tree[cap:cap + len(leaves)] = leaves
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        t = self._tree
+        n = self._cap
+        while n > 1:
+            half = n // 2
+            t[half:n] = t[n:2 * n:2] + t[n + 1:2 * n:2]
+            n = half
+
+    def get(self, slot: int) -> float:
+        return float(self._tree[self._cap + slot])
+
+    def get_many(self, slots: np.ndarray) -> np.ndarray:
+        return self._tree[self._cap + slots]
+
+    def set(self, slot: int, value: float) -> None:
+        """Sets one leaf and recomputes its ancestors (O(log n), scalar fast path)."""
+        if slot >= self._cap:
+            self._grow(slot + 1)
+        t = self._tree
+        i = self._cap + slot
+        t[i] = value
+        i >>= 1
+        while i >= 1:
+            t[i] = t[2 * i] + t[2 * i + 1]
+            i >>= 1
+
+    def set_many(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Sets many leaves (last write wins for repeated slots) and fixes ancestors level by level."""
+        if len(slots) == 0:
+            return
+        top = int(slots.max())
+        if top >= self._cap:
+            self._grow(top + 1)
+        t = self._tree
+        idx = slots.astype(np.int64) + self._cap
+        t[idx] = values
+        idx = np.unique(idx >> 1)
+        while True:
+            t[idx] = t[2 * idx] + t[2 * idx + 1]
+            if idx[0] <= 1:
+                break
+            idx = np.unique(idx >> 1)
+
+    def clear(self) -> None:
+        self._tree[:] = 0.0
+
+    def find(self, target: float) -> int:
+        """The slot whose prefix-sum interval contains ``target`` (scalar descent)."""
+        t = self._tree
+        i = 1
+        cap = self._cap
+        while i < cap:
+            left = 2 * i
+            lv = t[left]
+            if target < lv:
+                i = left
+            else:
+                target -= lv
+                i = left + 1
+        return i - cap
+
+    def find_many(self, targets: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`find` for a batch of targets."""
+        t = self._tree
+        idx = np.ones(len(targets), dtype=np.int64)
+        targets = targets.copy()
+        for _ in range(self._depth):
+            left = idx * 2
+            lv = t[left]
+            right = targets >= lv
+            targets -= np.where(right, lv, 0.0)
+            idx = left + right
+        return idx - self._cap

@@ -1,0 +1,100 @@
+"""Argument checks shared by every device buffer; messages quote the bad value."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def positive_int(name: str, value: Any) -> int:
+    """Returns ``value`` as an ``int`` or raises if it is not a positive integer.
+
+    Args:
+        name: The argument name, quoted in the error message.
+        value: The value to check. ``bool`` is rejected even though it is an ``int``.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        ValueError: If ``value`` is not an integer ``>= 1``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} ({value!r}) must be a positive integer")
+    return int(value)
+
+
+def unit_float(name: str, value: Any) -> float:
+    """Returns ``value`` as a ``float`` or raises if it is not a finite number in [0, 1].
+
+    Args:
+        name: The argument name, quoted in the error message.
+        value: The value to check.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        ValueError: If ``value`` is not a real number with ``0 <= value <= 1``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not 0.0 <= value <= 1.0
+    ):
+        raise ValueError(f"{name} ({value!r}) must be a number in [0, 1]")
+    return float(value)
+
+
+def non_negative_float(name: str, value: Any) -> float:
+    """Returns ``value`` as a ``float`` or raises if it is not a finite number ``>= 0``.
+
+    Args:
+        name: The argument name, quoted in the error message.
+        value: The value to check.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        ValueError: If ``value`` is negative, NaN, infinite or not a real number.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
+    return float(value)
+
+
+def optional_seed(value: Any) -> int | None:
+    """Returns ``value`` as an ``int`` seed, or ``None``.
+
+    Args:
+        value: ``None`` (seed from the operating system) or an integer ``>= 0``.
+
+    Returns:
+        The seed.
+
+    Raises:
+        ValueError: If ``value`` is neither ``None`` nor a non-negative integer.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"seed ({value!r}) must be None or a non-negative integer")
+    return int(value)
+
+
+def sample_size_fits(sample_size: int, capacity: int) -> None:
+    """Raises if ``sample_size`` exceeds ``capacity`` (MindSpore's construction check).
+
+    Raises:
+        ValueError: If ``sample_size > capacity``.
+    """
+    if sample_size > capacity:
+        raise ValueError(f"sample_size ({sample_size}) must not exceed capacity ({capacity})")

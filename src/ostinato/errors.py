@@ -1,0 +1,73 @@
+"""Ostinato's exception tree.
+
+Every exception raised on purpose by Ostinato derives from :class:`ReverbError`. Where a
+built-in exception type is the natural one (a bad argument is a ``ValueError``, a missing table
+a ``LookupError``, a deadline a ``TimeoutError``), the class also derives from it, so code
+written against Reverb, which raised plain ``ValueError``/``RuntimeError``, keeps working.
+"""
+
+from __future__ import annotations
+
+
+class ReverbError(Exception):
+    """Base class of every error raised by Ostinato (named as in Reverb)."""
+
+
+class InvalidArgumentError(ReverbError, ValueError):
+    """An argument or a piece of data was rejected; nothing was changed."""
+
+
+class TableNotFoundError(ReverbError, LookupError, RuntimeError, ValueError):
+    """A call named a table that the server does not have.
+
+    Reverb raised ``RuntimeError`` for this from some calls and ``ValueError`` from others, so
+    this class derives from both (and from ``LookupError``).
+    """
+
+    def __init__(self, table: str, available: list[str] | tuple[str, ...] = ()):
+        self.table = table
+        self.available = sorted(available)
+        super().__init__(
+            f"Table {table!r} was not found. Available tables: {', '.join(self.available) or '(none)'}."
+        )
+
+
+class DeadlineExceededError(ReverbError, TimeoutError):
+    """A blocking call did not finish before its deadline; the message says what it waited for."""
+
+
+class RateLimiterTimeout(DeadlineExceededError):
+    """The rate limiter did not admit an insert or a sample before the deadline."""
+
+
+class CancelledError(ReverbError, RuntimeError):
+    """The operation was cancelled because the server, table or writer was closed."""
+
+
+class UnavailableError(ReverbError, ConnectionError):
+    """The server could not be reached (it is not running, or it stopped)."""
+
+    def __init__(self, message: str, address: str | None = None):
+        self.address = address
+        super().__init__(message)
+
+
+class FailedPreconditionError(ReverbError, RuntimeError):
+    """The object is not in a state that allows the call (e.g. a closed writer)."""
+
+
+class ResourceExhaustedError(ReverbError, IndexError):
+    """A size limit was hit (Reverb mapped RESOURCE_EXHAUSTED to ``IndexError``)."""
+
+
+__all__ = [
+    "CancelledError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "RateLimiterTimeout",
+    "ResourceExhaustedError",
+    "ReverbError",
+    "TableNotFoundError",
+    "UnavailableError",
+]

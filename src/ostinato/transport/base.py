@@ -1,0 +1,69 @@
+"""The interface every transport implements."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato.core.deadline import Deadline
+from ostinato.core.items import SampleBatch
+from ostinato.types import TableInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class TableMeta:
+    """What a writer needs to validate items for a table without asking the server again."""
+
+    name: str
+    flat_signature: list[Any] | None
+    signature: Any
+    reject_negative: bool
+    max_times_sampled: int
+    deterministic_sampler: bool
+
+
+class Transport(abc.ABC):
+    """Operations a client performs on a server. All blocking calls take a deadline."""
+
+    address: str
+
+    @abc.abstractmethod
+    def server_info(self, deadline: Deadline) -> dict[str, TableInfo]: ...
+
+    @abc.abstractmethod
+    def table_meta(self, table: str) -> TableMeta: ...
+
+    @abc.abstractmethod
+    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
+        """Inserts a prefix of ``items`` that the rate limiter admits now; returns its length."""
+
+    @abc.abstractmethod
+    def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
+        """Inserts all items in order, waiting for the rate limiter until the deadline."""
+
+    @abc.abstractmethod
+    def sample(self, table: str, num_samples: int, deadline: Deadline) -> SampleBatch: ...
+
+    @abc.abstractmethod
+    def update_priorities(self, table: str, keys: np.ndarray, priorities: np.ndarray,
+                          deadline: Deadline) -> int: ...
+
+    @abc.abstractmethod
+    def delete(self, table: str, keys: np.ndarray, deadline: Deadline) -> int: ...
+
+    @abc.abstractmethod
+    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
+                          deletes: Sequence[int] | None, deadline: Deadline) -> None: ...
+
+    @abc.abstractmethod
+    def reset(self, table: str, deadline: Deadline) -> None: ...
+
+    @abc.abstractmethod
+    def checkpoint(self, deadline: Deadline) -> str: ...
+
+    def close(self) -> None:
+        """Releases connections; the in-process transport has none."""

@@ -1,0 +1,76 @@
+"""The in-process transport: a client and its server share a process, so calls go straight to
+the tables. Nothing is serialised and sampled data is not copied until it is assembled for the
+caller."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato import errors
+from ostinato.core.deadline import Deadline
+from ostinato.core.items import SampleBatch
+from ostinato.core.table import Table
+from ostinato.transport.base import TableMeta, Transport
+from ostinato.types import TableInfo
+
+
+class InProcessTransport(Transport):
+    """Talks to a :class:`~ostinato.server.Server` object living in this process."""
+
+    def __init__(self, server: Any, address: str):
+        self._server = server
+        self.address = address
+        self._meta: dict[str, TableMeta] = {}
+
+    def _table(self, name: str) -> Table:
+        if self._server.stopped:
+            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
+                                          self.address)
+        t = self._server.tables_by_name.get(name)
+        if t is None:
+            raise errors.TableNotFoundError(name, list(self._server.tables_by_name))
+        return t
+
+    def server_info(self, deadline: Deadline) -> dict[str, TableInfo]:
+        if self._server.stopped:
+            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
+                                          self.address)
+        return {name: t.info for name, t in self._server.tables_by_name.items()}
+
+    def table_meta(self, table: str) -> TableMeta:
+        meta = self._meta.get(table)
+        if meta is None:
+            t = self._table(table)
+            meta = TableMeta(t.name, t.flat_signature, t.signature, t._reject_negative,
+                             t.max_times_sampled, t.sampler.deterministic)
+            self._meta[table] = meta
+        return meta
+
+    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
+        return self._table(table).try_insert_many(items, assign=False)
+
+    def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
+        self._table(table).insert_many(items, deadline, assign=False)
+
+    def sample(self, table: str, num_samples: int, deadline: Deadline) -> SampleBatch:
+        return self._table(table).sample(num_samples, deadline.remaining())
+
+    def update_priorities(self, table: str, keys: np.ndarray, priorities: np.ndarray,
+                          deadline: Deadline) -> int:
+        return self._table(table).update_priorities(keys, priorities)
+
+    def delete(self, table: str, keys: np.ndarray, deadline: Deadline) -> int:
+        return self._table(table).delete(keys)
+
+    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
+                          deletes: Sequence[int] | None, deadline: Deadline) -> None:
+        self._table(table).mutate_priorities(updates, deletes)
+
+    def reset(self, table: str, deadline: Deadline) -> None:
+        self._table(table).reset()
+
+    def checkpoint(self, deadline: Deadline) -> str:
+        return self._server.checkpoint()

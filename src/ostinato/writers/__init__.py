@@ -1,0 +1,7 @@
+"""Writers: the trajectory writer, its column history, and the legacy writer."""
+
+from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
+from ostinato.writers.legacy_writer import Writer
+from ostinato.writers.trajectory_writer import TrajectoryWriter
+
+__all__ = ["ColumnHistory", "TrajectoryColumn", "TrajectoryWriter", "Writer"]

@@ -1,0 +1,174 @@
+"""Per-column chunkers: turn appended values into rows of shared chunks.
+
+A chunker owns one column of one writer. Each appended value becomes one row of the chunk
+being filled and a :class:`CellRef` points at that row. Rows are written into a preallocated
+array, so an item may refer to rows of a chunk that is still being filled: rows never move and
+are never rewritten, so readers in other threads see finished rows only.
+
+The number of rows per chunk is ``max_chunk_length`` when configured, otherwise chosen so that a
+chunk holds about :data:`TARGET_CHUNK_BYTES` (between 1 and :data:`MAX_AUTO_ROWS` rows). Bigger
+chunks amortise per-chunk overhead; an item keeps its whole chunk alive, so with a remover
+that deletes in random order a table can hold up to ``ln(rows)`` times more step data than its
+items strictly need (with Fifo removal, no more).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ostinato.core.chunk_store import Chunk
+from ostinato.types import dtype_name, shape_str
+
+TARGET_CHUNK_BYTES = 16 * 1024
+MAX_AUTO_ROWS = 256
+
+_key_rng = random.Random()
+
+
+def new_key() -> int:
+    """A random 64-bit key in ``[0, 2**64 - 1)``."""
+    return _key_rng.getrandbits(64) % (2**64 - 1)
+
+
+def to_array(value: Any) -> np.ndarray:
+    """Converts a step value as Reverb does: Python int -> int64, float -> float64, str -> object."""
+    if type(value) is np.ndarray:
+        return value
+    arr = np.asarray(value)
+    if arr.dtype.kind in ("U", "S"):
+        arr = arr.astype(object)
+    return arr
+
+
+class CellRef:
+    """A reference to one appended value (Reverb's ``WeakCellRef``).
+
+    It expires when it leaves the writer's keep-alive window or the episode's buffers are
+    cleared; items created from it before that keep the data alive regardless.
+    """
+
+    __slots__ = ("chunk", "offset", "chunker", "step", "expired")
+
+    def __init__(self, chunk: Chunk, offset: int, chunker: ColumnChunker, step: int):
+        self.chunk = chunk
+        self.offset = offset
+        self.chunker = chunker
+        self.step = step
+        self.expired = False
+
+    @property
+    def shape(self) -> list[int | None]:
+        return list(self.chunker.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.chunker.dtype
+
+    def numpy(self) -> np.ndarray:
+        if self.expired:
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
+        return np.array(self.chunk.data[self.offset])
+
+    def __repr__(self) -> str:
+        return f"CellRef(chunk={self.chunk.key}, offset={self.offset}, step={self.step}, expired={self.expired})"
+
+
+class ColumnChunker:
+    """Writes the values of one column into chunks.
+
+    Args:
+      path: the column's path in the step structure (for error messages).
+      num_keep_alive_refs: how many of the newest refs stay valid.
+      max_chunk_length: rows per chunk, or ``None`` to size chunks by bytes.
+    """
+
+    def __init__(self, path: tuple[Any, ...], num_keep_alive_refs: int,
+                 max_chunk_length: int | None = None):
+        self.path = path
+        self.num_keep_alive_refs = num_keep_alive_refs
+        self.max_chunk_length = max_chunk_length
+        self.dtype: np.dtype | None = None
+        self.shape: tuple[int, ...] = ()
+        self._rows = 0
+        self._buf: np.ndarray | None = None
+        self._chunk: Chunk | None = None
+        self._n = 0
+        self._episode: int | None = None
+        self._last_step = -1
+        self._live: deque[CellRef] = deque()
+
+    def _spec_error(self, arr: np.ndarray) -> ValueError:
+        if arr.dtype != self.dtype:
+            return ValueError(
+                f"Tensor of wrong dtype provided for column {self.path}. Got "
+                f"{dtype_name(arr.dtype)} but expected {dtype_name(self.dtype)}.")
+        return ValueError(
+            f"Tensor of incompatible shape provided for column {self.path}. Got "
+            f"{shape_str(arr.shape)} which is incompatible with {shape_str(self.shape)}.")
+
+    def _start_chunk(self, episode_id: int) -> None:
+        self._trim_current()
+        rows = self._rows
+        self._buf = np.empty((rows, *self.shape), dtype=self.dtype)
+        view = self._buf.view()
+        view.flags.writeable = False
+        self._chunk = Chunk(new_key(), view, episode_id, nbytes=self._buf.nbytes)
+        self._n = 0
+        self._episode = episode_id
+
+    def _trim_current(self) -> None:
+        """Shrinks a partly filled chunk that will get no more rows, to free the unused tail."""
+        if self._chunk is not None and 0 < self._n < self._rows // 2:
+            data = np.array(self._buf[: self._n])
+            data.flags.writeable = False
+            self._chunk.data = data
+            self._chunk.nbytes = data.nbytes
+        self._chunk = None
+        self._buf = None
+        self._n = 0
+
+    def append(self, value: Any, episode_id: int, step: int) -> CellRef:
+        """Stores one value; returns the ref to it. Validates dtype and shape."""
+        arr = value if type(value) is np.ndarray else to_array(value)
+        if self.dtype is None:
+            self.dtype = arr.dtype
+            self.shape = arr.shape
+            if self.max_chunk_length is not None:
+                self._rows = self.max_chunk_length
+            else:
+                row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape, dtype=np.int64)))
+                self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
+        elif arr.dtype != self.dtype or arr.shape != self.shape:
+            raise self._spec_error(arr)
+        if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
+            self._start_chunk(episode_id)
+        n = self._n
+        self._buf[n] = arr  # type: ignore[index]
+        self._n = n + 1
+        ref = CellRef(self._chunk, n, self, step)  # type: ignore[arg-type]
+        live = self._live
+        if len(live) >= self.num_keep_alive_refs:
+            live.popleft().expired = True
+        live.append(ref)
+        return ref
+
+    def end_episode(self, clear_buffers: bool) -> None:
+        """Closes the current chunk; with ``clear_buffers`` every live ref expires."""
+        self._trim_current()
+        if clear_buffers:
+            for r in self._live:
+                r.expired = True
+            self._live.clear()
+
+    def configure(self, num_keep_alive_refs: int, max_chunk_length: int | None) -> None:
+        self.num_keep_alive_refs = num_keep_alive_refs
+        self.max_chunk_length = max_chunk_length
+        if max_chunk_length is not None:
+            self._trim_current()
+            self._rows = max_chunk_length
+        while len(self._live) > num_keep_alive_refs:
+            self._live.popleft().expired = True

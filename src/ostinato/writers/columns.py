@@ -1,0 +1,186 @@
+"""Column histories and trajectory columns (what ``TrajectoryWriter.history`` hands out)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato.writers.chunker import CellRef
+
+
+class TrajectoryColumn:
+    """A column of an item: references to consecutive or picked steps of one history column.
+
+    Args:
+      data_references: the refs (from ``history``), oldest first.
+      squeeze: drop the time dimension; needs exactly one ref.
+      path: the column's path, for error messages.
+    """
+
+    __slots__ = ("_refs", "_squeeze", "_path")
+
+    def __init__(self, data_references: Sequence[CellRef | None], *, squeeze: bool = False,
+                 path: tuple[Any, ...] | None = None):
+        refs = tuple(data_references)
+        if squeeze and len(refs) != 1:
+            raise ValueError(
+                f"Columns must contain exactly one data reference when squeeze set, got {len(refs)}")
+        if None in refs:
+            raise ValueError(
+                "TrajectoryColumns cannot contain any None data references: TrajectoryColumn at "
+                f"path {path} got {list(refs)}.")
+        self._refs = refs
+        self._squeeze = squeeze
+        self._path = path
+
+    @property
+    def is_squeezed(self) -> bool:
+        return self._squeeze
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __iter__(self) -> Iterator[CellRef]:
+        return iter(self._refs)
+
+    def __getitem__(self, index: Any) -> TrajectoryColumn:
+        if isinstance(index, (int, np.integer)):
+            return TrajectoryColumn([self._refs[index]], squeeze=True, path=self._path)
+        if isinstance(index, slice):
+            return TrajectoryColumn(self._refs[index], path=self._path)
+        if isinstance(index, list):
+            return TrajectoryColumn([self._refs[i] for i in index], path=self._path)
+        raise TypeError(f"TrajectoryColumn indices must be integers, slices or lists, not {type(index).__name__}")
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        if not self._refs:
+            return (0,)
+        inner = tuple(self._refs[0].chunker.shape)
+        return inner if self._squeeze else (len(self._refs), *inner)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._refs[0].chunker.dtype
+
+    def numpy(self) -> np.ndarray:
+        """The column's data as a new array (stacked over steps unless squeezed)."""
+        if any(r.expired for r in self._refs):
+            raise RuntimeError(
+                "Cannot convert TrajectoryColumn with expired data references to numpy array.")
+        if self._squeeze:
+            return self._refs[0].numpy()
+        return np.stack([r.chunk.data[r.offset] for r in self._refs])
+
+    def __repr__(self) -> str:
+        return f"TrajectoryColumn(len={len(self._refs)}, squeeze={self._squeeze}, path={self._path})"
+
+
+class ColumnHistory:
+    """The refs of one column over the current episode (``writer.history[path]``).
+
+    ``len()`` counts every step of the episode; only the newest ``buffer_size`` refs are kept,
+    older steps read as ``None``. Indexing follows Python's list semantics exactly (unlike
+    Reverb, ``h[len(h)]`` raises ``IndexError`` and ``h[i:len(h)]`` is not empty).
+    """
+
+    __slots__ = ("_path", "_buf", "_offset", "_size")
+
+    def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
+        self._path = path
+        self._size = buffer_size
+        self._buf: deque[CellRef | None] = deque(maxlen=buffer_size)
+        self._offset = history_padding  # steps before the buffer (dropped or never written)
+        for _ in range(min(history_padding, buffer_size)):
+            self._buf.append(None)
+        self._offset = history_padding - len(self._buf)
+
+    def append(self, ref: CellRef | None) -> None:
+        if len(self._buf) == self._size:
+            self._offset += 1
+        self._buf.append(ref)
+
+    def can_set_last(self) -> bool:
+        return bool(self._buf) and self._buf[-1] is None
+
+    def set_last(self, ref: CellRef) -> None:
+        if not self._buf:
+            raise RuntimeError("set_last called on an empty history")
+        if self._buf[-1] is not None:
+            raise RuntimeError("set_last called on a step that already has a value")
+        self._buf[-1] = ref
+
+    def reset(self) -> None:
+        self._buf.clear()
+        self._offset = 0
+
+    def resize(self, buffer_size: int) -> None:
+        if buffer_size == self._size:
+            return
+        old = list(self._buf)
+        self._size = buffer_size
+        self._buf = deque(old[-buffer_size:], maxlen=buffer_size)
+        self._offset += max(0, len(old) - buffer_size)
+
+    def __len__(self) -> int:
+        return self._offset + len(self._buf)
+
+    def _ref(self, i: int) -> CellRef | None:
+        j = i - self._offset
+        return self._buf[j] if j >= 0 else None
+
+    def _resolve(self, i: Any) -> int:
+        n = self._offset + len(self._buf)
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("list index out of range")
+        return i
+
+    def __getitem__(self, index: Any) -> TrajectoryColumn:
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            n = self._offset + len(self._buf)
+            i = int(index)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError("list index out of range")
+            j = i - self._offset
+            ref = self._buf[j] if j >= 0 else None
+            if ref is None:
+                raise ValueError(
+                    "TrajectoryColumns cannot contain any None data references: TrajectoryColumn "
+                    f"at path {self._path + (index,)} got [None] (the step is older than the "
+                    "writer keeps, or the column was not written at that step).")
+            return TrajectoryColumn((ref,), squeeze=True, path=self._path)
+        if isinstance(index, slice):
+            n = self._offset + len(self._buf)
+            start, stop, step = index.indices(n)
+            if step == 1 and start >= self._offset:
+                refs = list(itertools.islice(self._buf, start - self._offset, max(start, stop) - self._offset))
+            else:
+                refs = [self._ref(i) for i in range(start, stop, step)]
+            return TrajectoryColumn(refs, path=self._path)
+        if isinstance(index, list):
+            return TrajectoryColumn([self._ref(self._resolve(i)) for i in index], path=self._path)
+        raise TypeError(
+            f"_ColumnHistory indices must be integers or slices, not {type(index).__name__}")
+
+    def __iter__(self) -> Iterator[CellRef | None]:
+        return itertools.chain(itertools.repeat(None, self._offset), self._buf)
+
+    def numpy(self) -> np.ndarray:
+        """All steps of the episode still held, stacked (raises if any step is missing)."""
+        return self[:].numpy()
+
+    def __repr__(self) -> str:
+        return f"ColumnHistory(path={self._path}, len={len(self)})"
+
+
+# Reverb's private name, which some user code and tests reach for.
+_ColumnHistory = ColumnHistory

@@ -1,0 +1,500 @@
+"""TrajectoryWriter: append steps, build items from their history, send them to tables."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+import optree
+
+from ostinato import errors
+from ostinato.core import items as items_lib
+from ostinato.core.deadline import Deadline
+from ostinato.types import dtype_name, shape_str
+from ostinato.writers.chunker import ColumnChunker, new_key
+from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
+
+_log = logging.getLogger(__name__)
+
+#: Items a writer may hold that the server has not accepted yet before ``create_item`` blocks.
+DEFAULT_MAX_PENDING_ITEMS = 10_000
+
+
+def _is_column(x: Any) -> bool:
+    return isinstance(x, TrajectoryColumn)
+
+
+def _timeout_from_ms(timeout_ms: int | None) -> Deadline:
+    """``None`` or a negative value waits forever; 0 or more is a real deadline (0 = now)."""
+    if timeout_ms is None or timeout_ms < 0:
+        return Deadline.never()
+    return Deadline.from_ms(timeout_ms)
+
+
+class _Column:
+    __slots__ = ("index", "path", "chunker", "history", "set_in_step")
+
+    def __init__(self, index: int, path: tuple[Any, ...], chunker: ColumnChunker,
+                 history: ColumnHistory):
+        self.index = index
+        self.path = path
+        self.chunker = chunker
+        self.history = history
+        self.set_in_step = False
+
+
+def _merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, int]]:
+    """Turns refs into slices, merging only truly contiguous rows of the same chunk.
+
+    (Reverb merged any refs sharing a chunk, which returned wrong data for picks like
+    ``history[[0, 2]]``; see its bug list.)
+    """
+    slices: list[list[Any]] = []
+    first = refs[0]
+    chunker = first.chunker
+    for r in refs:
+        if r.expired:
+            raise ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
+        if r.chunker is not chunker and (r.chunker.dtype != chunker.dtype
+                                         or r.chunker.shape != chunker.shape):
+            if r.chunker.dtype != chunker.dtype:
+                raise ValueError(
+                    f"Error in column {col_index}: Column references tensors with different "
+                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}.")
+            raise ValueError(
+                f"Error in column {col_index}: Column references tensors with incompatible shapes: "
+                f"{shape_str(chunker.shape)} (index 0) != {shape_str(r.chunker.shape)}.")
+        if slices:
+            last = slices[-1]
+            if last[0] is r.chunk and last[1] + last[2] == r.offset:
+                last[2] += 1
+                continue
+        slices.append([r.chunk, r.offset, 1])
+    return [(s[0], s[1], s[2]) for s in slices]
+
+
+class TrajectoryWriter:
+    """Writes steps and creates items that refer to any of the recent steps.
+
+    Obtain one with ``client.trajectory_writer(num_keep_alive_refs)``. Not thread-safe: use one
+    writer per thread.
+
+    Items are handed to the server as soon as they are created; when the table's rate limiter
+    does not admit them they wait in the writer (at most ``max_pending_items``, after which
+    ``create_item`` blocks) and a background thread delivers them in order.
+
+    Example:
+      >>> with client.trajectory_writer(num_keep_alive_refs=3) as w:
+      ...     for step in steps:
+      ...         w.append({"obs": step})
+      ...         if w.episode_steps >= 3:
+      ...             w.create_item("replay", 1.0, {"obs": w.history["obs"][-3:]})
+    """
+
+    def __init__(self, transport: Any, num_keep_alive_refs: int, *, validate_items: bool = True,
+                 max_chunk_length: int | None = None,
+                 max_pending_items: int = DEFAULT_MAX_PENDING_ITEMS):
+        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
+                or num_keep_alive_refs < 1:
+            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        if max_chunk_length is not None and not 1 <= max_chunk_length:
+            raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
+        if max_pending_items < 1:
+            raise ValueError(f"max_pending_items ({max_pending_items}) must be >= 1")
+        self._transport = transport
+        self._num_keep_alive_refs = int(num_keep_alive_refs)
+        self._default_max_chunk_length = max_chunk_length
+        self._validate = validate_items
+        self._max_pending = max_pending_items
+        self._columns: list[_Column] = []
+        self._path_to_column: dict[tuple[Any, ...], _Column] = {}
+        self._path_config: dict[tuple[Any, ...], tuple[int, int | None]] = {}
+        self._structure: Any = None
+        self._history_cache: Any = None
+        self._spec_cache: dict[Any, list[_Column]] = {}
+        self._episode_id = new_key()
+        self._episode_steps = 0
+        self._step_open = False
+        self._closed = False
+        self._table_cache: dict[str, Any] = {}
+        self._validated: set[tuple[Any, ...]] = set()
+        # Delivery of items the rate limiter did not admit at once.
+        self._pending: deque[tuple[str, tuple[Any, ...]]] = deque()
+        self._cv = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # -- structure ----------------------------------------------------------------------------------
+    @property
+    def max_num_keep_alive_refs(self) -> int:
+        return max([self._num_keep_alive_refs] + [n for n, _ in self._path_config.values()])
+
+    @property
+    def episode_steps(self) -> int:
+        """Number of complete (non-partial) appends since the last ``end_episode``."""
+        return self._episode_steps
+
+    def _new_column(self, path: tuple[Any, ...]) -> _Column:
+        keep, chunk_len = self._path_config.get(path, (self._num_keep_alive_refs,
+                                                       self._default_max_chunk_length))
+        steps_so_far = self._episode_steps + (1 if self._step_open else 0)
+        hist = ColumnHistory(path, self.max_num_keep_alive_refs, history_padding=steps_so_far)
+        col = _Column(len(self._columns), path, ColumnChunker(path, keep, chunk_len), hist)
+        self._columns.append(col)
+        self._path_to_column[path] = col
+        return col
+
+    def _learn(self, data: Any, treespec: Any) -> list[_Column]:
+        paths, _, _ = optree.tree_flatten_with_path(data, none_is_leaf=True)
+        cols = []
+        for p in paths:
+            p = tuple(p)
+            col = self._path_to_column.get(p)
+            if col is None:
+                col = self._new_column(p)
+            cols.append(col)
+        skeleton = optree.tree_map(lambda _: 0, data, none_is_leaf=True)
+        self._structure = _union(self._structure, skeleton)
+        self._history_cache = None
+        self._spec_cache[treespec] = cols
+        return cols
+
+    @property
+    def history(self) -> Any:
+        """The step structure with each leaf replaced by its :class:`ColumnHistory`."""
+        if self._structure is None:
+            raise RuntimeError("history cannot be accessed before `append` is called at least once.")
+        if self._history_cache is None:
+            paths, _, spec = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
+            leaves = [self._path_to_column[tuple(p)].history for p in paths]
+            self._history_cache = optree.tree_unflatten(spec, leaves)
+        return self._history_cache
+
+    # -- append -------------------------------------------------------------------------------------
+    def append(self, data: Any, *, partial_step: bool = False) -> None:
+        """Appends one step (or part of one, with ``partial_step=True``).
+
+        Leaves set to ``None`` (or missing from a dict) are not written this step. New fields
+        may appear at any step; their earlier history reads as ``None``.
+
+        Raises:
+          ValueError: a value's dtype or shape differs from the column's first value, or a
+            field is set twice within one open step.
+        """
+        self._check_usable()
+        leaves, treespec = optree.tree_flatten(data, none_is_leaf=True)
+        cols = self._spec_cache.get(treespec)
+        if cols is None:
+            cols = self._learn(data, treespec)
+        step = self._episode_steps
+        episode = self._episode_id
+        if self._step_open:
+            for value, col in zip(leaves, cols):
+                if value is None:
+                    continue
+                if col.set_in_step or not col.history.can_set_last():
+                    raise ValueError(
+                        f"Field {col.path} has already been set in the active step by previous "
+                        f"(partial) append call and thus must be omitted or set to None but got: {value}")
+            for value, col in zip(leaves, cols):
+                if value is not None:
+                    col.history.set_last(self._chunk_append(col, value, episode, step))
+                    col.set_in_step = True
+        else:
+            touched = 0
+            for value, col in zip(leaves, cols):
+                if value is None:
+                    col.history.append(None)
+                else:
+                    col.history.append(self._chunk_append(col, value, episode, step))
+                    col.set_in_step = True
+                touched += 1
+            if touched != len(self._columns):
+                seen = {id(c) for c in cols}
+                for col in self._columns:
+                    if id(col) not in seen:
+                        col.history.append(None)
+        if partial_step:
+            self._step_open = True
+        else:
+            self._step_open = False
+            self._episode_steps = step + 1
+            for col in cols:
+                col.set_in_step = False
+
+    @staticmethod
+    def _chunk_append(col: _Column, value: Any, episode: int, step: int) -> Any:
+        return col.chunker.append(value, episode, step)
+
+    # -- items --------------------------------------------------------------------------------------
+    def create_item(self, table: str, priority: float, trajectory: Any, *,
+                    timeout_ms: int | None = None) -> None:
+        """Creates an item in ``table`` from columns taken from :attr:`history`.
+
+        Args:
+          table: the table's name.
+          priority: the item's priority (not NaN; not negative on Prioritized tables).
+          trajectory: a nest of :class:`TrajectoryColumn`.
+          timeout_ms: (Ostinato only) how long to wait when ``max_pending_items`` items already
+            wait for the rate limiter; ``None`` waits forever.
+
+        Raises:
+          TypeError: a leaf of ``trajectory`` is not a TrajectoryColumn.
+          ValueError: empty trajectory or column, NaN/negative priority, unknown table, or a
+            column that does not match the table's signature. Nothing is stored then.
+        """
+        self._check_usable()
+        priority = float(priority)
+        if priority != priority:
+            raise ValueError("`priority` must not be nan.")
+        cols = optree.tree_leaves(trajectory, is_leaf=_is_column, none_is_leaf=True)
+        if not cols:
+            raise ValueError("trajectory must not be empty.")
+        columns = []
+        squeeze = []
+        for i, c in enumerate(cols):
+            if type(c) is not TrajectoryColumn and not isinstance(c, TrajectoryColumn):
+                raise TypeError(f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
+            refs = c._refs
+            if not refs:
+                raise ValueError(f"trajectory must not contain empty columns: column {i} "
+                                 f"(path {c._path}) has no steps.")
+            columns.append(_merge_refs(refs, i) if len(refs) > 1 or refs[0].expired
+                           else [(refs[0].chunk, refs[0].offset, 1)])
+            squeeze.append(c._squeeze)
+        sq = items_lib.intern_squeeze(squeeze)
+        if self._validate:
+            self._validate_item(table, priority, cols, sq)
+        item = (new_key(), priority, items_lib.pack(columns), sq)
+        self._submit(table, item, timeout_ms)
+
+    def _table_meta(self, table: str) -> Any:
+        meta = self._table_cache.get(table)
+        if meta is None:
+            meta = self._transport.table_meta(table)
+            self._table_cache[table] = meta
+        return meta
+
+    def _validate_item(self, table: str, priority: float, cols: list[TrajectoryColumn],
+                       sq: tuple[bool, ...], *, legacy: bool = False) -> None:
+        try:
+            meta = self._table_meta(table)
+        except errors.TableNotFoundError as e:
+            raise errors.TableNotFoundError(table, e.available) from None
+        if meta.reject_negative and priority < 0:
+            raise errors.InvalidArgumentError(
+                f"Priority must not be negative (got {priority} for table {table!r}, which uses a "
+                "Prioritized selector).")
+        sig = meta.flat_signature
+        if sig is None:
+            return
+        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))
+        if key in self._validated:
+            return
+        if len(cols) != len(sig):
+            raise ValueError(
+                f"Unable to create item in table '{table}' since the provided trajectory is "
+                f"inconsistent with the table signature. The trajectory has {len(cols)} columns "
+                f"but the table signature has {len(sig)} columns.")
+        for i, (c, spec) in enumerate(zip(cols, sig)):
+            ch = c._refs[0].chunker
+            shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
+            ok = ch.dtype == spec.dtype and spec.is_compatible_with(shape)
+            if not ok and legacy:
+                ok = ch.dtype == spec.dtype and spec.is_compatible_with(tuple(ch.shape))
+            if not ok:
+                raise ValueError(
+                    f"Unable to create item in table '{table}' since the provided trajectory is "
+                    f"inconsistent with the table signature. The table expects column {i} "
+                    f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} "
+                    f"tensor but got a {dtype_name(ch.dtype)} {shape_str(shape)} tensor.")
+        if len(self._validated) > 10_000:
+            self._validated.clear()
+        self._validated.add(key)
+
+    def _submit(self, table: str, item: tuple[Any, ...], timeout_ms: int | None) -> None:
+        if not self._pending:
+            if self._transport.try_insert(table, [item]) == 1:
+                return
+        with self._cv:
+            if len(self._pending) >= self._max_pending:
+                deadline = _timeout_from_ms(timeout_ms)
+                while len(self._pending) >= self._max_pending and self._error is None:
+                    r = deadline.remaining()
+                    if r is not None and r <= 0:
+                        raise errors.DeadlineExceededError(
+                            f"create_item waited for the server to accept {len(self._pending)} "
+                            f"pending items (max_pending_items={self._max_pending}).")
+                    self._cv.wait(0.5 if r is None else min(r, 0.5))
+                self._raise_error()
+            self._pending.append((table, item))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._deliver, name="ostinato-writer",
+                                                daemon=True)
+                self._worker.start()
+            self._cv.notify_all()
+
+    def _deliver(self) -> None:
+        """Background delivery of pending items, in order, waiting on the rate limiter."""
+        while True:
+            with self._cv:
+                if self._closed or not self._pending:
+                    self._worker = None
+                    self._cv.notify_all()
+                    return
+                table, item = self._pending[0]
+            try:
+                # Wait in short slices so that close() is noticed.
+                self._transport.insert(table, [item], Deadline.after(0.5))
+            except errors.RateLimiterTimeout:
+                continue
+            except BaseException as e:  # noqa: BLE001 - handed to the user's next call
+                with self._cv:
+                    self._error = e
+                    self._worker = None
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._pending.popleft()
+                self._cv.notify_all()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise errors.FailedPreconditionError(
+                f"The writer could not deliver an item and stopped: {err}") from err
+
+    @property
+    def num_pending_items(self) -> int:
+        """Items created but not yet accepted by the server."""
+        return len(self._pending)
+
+    # -- flush / episodes -----------------------------------------------------------------------------
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Waits until at most ``block_until_num_items`` created items are not yet in their table.
+
+        Args:
+          block_until_num_items: how many items may still be pending on return.
+          timeout_ms: ``None`` (or negative) waits forever; otherwise milliseconds, where 0
+            means "check once" (Reverb waited forever on 0 here but not in ``end_episode``;
+            Ostinato treats both the same).
+
+        Raises:
+          DeadlineExceededError: the deadline passed; pending items keep being delivered.
+        """
+        if block_until_num_items < 0:
+            raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
+        self._check_usable()
+        deadline = _timeout_from_ms(timeout_ms)
+        with self._cv:
+            while len(self._pending) > block_until_num_items:
+                self._raise_error()
+                r = deadline.remaining()
+                if r is not None and r <= 0:
+                    raise errors.DeadlineExceededError(
+                        "Flush call did not complete within provided timeout of "
+                        f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
+                        f"({len(self._pending)} items waiting to be written).")
+                self._cv.wait(0.5 if r is None else min(r, 0.5))
+            self._raise_error()
+
+    def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
+        """Flushes, then starts a new episode; ``clear_buffers`` empties the history.
+
+        The new episode starts even when the flush times out (pending items are still
+        delivered); Reverb skipped the reset in that case.
+        """
+        self._check_usable()
+        try:
+            self.flush(0, timeout_ms)
+        except errors.DeadlineExceededError as e:
+            self._new_episode(clear_buffers)
+            raise errors.DeadlineExceededError(
+                f"End episode call did not complete within provided timeout of "
+                f"{datetime.timedelta(milliseconds=timeout_ms or 0)}: {e}") from e
+        self._new_episode(clear_buffers)
+
+    def _new_episode(self, clear_buffers: bool) -> None:
+        for col in self._columns:
+            col.chunker.end_episode(clear_buffers)
+            if clear_buffers:
+                col.history.reset()
+            col.set_in_step = False
+        self._episode_id = new_key()
+        self._episode_steps = 0
+        self._step_open = False
+
+    def configure(self, path: tuple[Any, ...], *, num_keep_alive_refs: int,
+                  max_chunk_length: int | None) -> None:
+        """Overrides keep-alive and chunk length for one column (now or when it first appears)."""
+        if num_keep_alive_refs < 1:
+            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
+            raise ValueError(
+                f"max_chunk_length ({max_chunk_length}) must be None or in [1, num_keep_alive_refs "
+                f"({num_keep_alive_refs})]")
+        path = tuple(path)
+        self._path_config[path] = (num_keep_alive_refs, max_chunk_length)
+        col = self._path_to_column.get(path)
+        if col is not None:
+            col.chunker.configure(num_keep_alive_refs, max_chunk_length)
+        size = self.max_num_keep_alive_refs
+        for c in self._columns:
+            c.history.resize(size)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.FailedPreconditionError("TrajectoryWriter::Close has been called.")
+
+    def close(self) -> None:
+        """Stops the writer. Items not yet accepted by the server are dropped (with a warning)."""
+        if self._closed:
+            return
+        with self._cv:
+            self._closed = True
+            n = len(self._pending)
+            self._pending.clear()
+            self._cv.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout=5)
+        if n:
+            _log.warning("TrajectoryWriter closed with %d items not delivered; call flush() "
+                         "before close() to deliver them.", n)
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None or not issubclass(exc_type, errors.ReverbError):
+            if not self._closed:
+                self.flush()
+
+    def __repr__(self) -> str:
+        return (f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
+                f"pending={len(self._pending)}, closed={self._closed})")
+
+
+def _union(a: Any, b: Any) -> Any:
+    """Tree union of two step structures (dicts by key, sequences by position)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _union(a.get(k), v)
+        return type(a)(out) if type(a) is not dict else out
+    if hasattr(a, "_asdict") and hasattr(b, "_asdict") and type(a) is type(b):
+        return type(a)(*[_union(x, y) for x, y in zip(a, b)])
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and type(a) is type(b):
+        n = max(len(a), len(b))
+        merged = [_union(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)]
+        return type(a)(merged)
+    return a
