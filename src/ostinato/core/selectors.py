@@ -15,6 +15,7 @@ calls them under its lock.
 
 from __future__ import annotations
 
+import array
 import heapq
 import math
 
@@ -22,6 +23,9 @@ import numpy as np
 
 from ostinato.core.sum_tree import SumTree
 from ostinato.types import HeapOptions, KeyDistributionOptions, PrioritizedOptions
+
+
+_MINUS_ONES = array.array("q", [-1]) * 1024
 
 
 def _grow(arr: np.ndarray, need: int, fill: int = -1) -> np.ndarray:
@@ -84,18 +88,15 @@ class Uniform(ItemSelector):
     """Samples every item with equal probability."""
 
     def __init__(self) -> None:
-        self._dense = np.zeros(64, dtype=np.int64)
-        self._pos = np.full(64, -1, dtype=np.int64)
-        self._n = 0
+        self._dense = array.array("q")  # live slots, packed
+        self._pos = array.array("q")  # slot -> index into _dense (-1 if absent)
 
     def insert(self, slot: int, priority: float) -> None:
-        if slot >= len(self._pos):
-            self._pos = _grow(self._pos, slot + 1)
-        if self._n >= len(self._dense):
-            self._dense = _grow(self._dense, self._n + 1, 0)
-        self._dense[self._n] = slot
-        self._pos[slot] = self._n
-        self._n += 1
+        pos = self._pos
+        if slot >= len(pos):
+            pos.extend(_MINUS_ONES * ((slot + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+        pos[slot] = len(self._dense)
+        self._dense.append(slot)
 
     def update(self, slot: int, priority: float) -> None:
         pass
@@ -104,27 +105,30 @@ class Uniform(ItemSelector):
         pass
 
     def delete(self, slot: int) -> None:
-        i = int(self._pos[slot])
-        self._n -= 1
-        last = int(self._dense[self._n])
-        self._dense[i] = last
-        self._pos[last] = i
-        self._pos[slot] = -1
+        dense = self._dense
+        pos = self._pos
+        i = pos[slot]
+        last = dense.pop()
+        if last != slot:
+            dense[i] = last
+            pos[last] = i
+        pos[slot] = -1
 
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
-        i = int(rng.integers(self._n))
-        return int(self._dense[i]), 1.0 / self._n
+        n = len(self._dense)
+        return self._dense[int(rng.integers(n))], 1.0 / n
 
     def sample_many(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        idx = rng.integers(0, self._n, size=k)
-        return self._dense[idx], np.full(k, 1.0 / self._n)
+        n = len(self._dense)
+        idx = rng.integers(0, n, size=k)
+        return np.frombuffer(self._dense, dtype=np.int64)[idx], np.full(k, 1.0 / n)
 
     def live_slots(self) -> np.ndarray:
-        return self._dense[: self._n]
+        return np.array(self._dense, dtype=np.int64)
 
     def clear(self) -> None:
-        self._pos[:] = -1
-        self._n = 0
+        self._dense = array.array("q")
+        self._pos = array.array("q")
 
     def options(self) -> KeyDistributionOptions:
         return KeyDistributionOptions(uniform=True, is_deterministic=False)
@@ -133,7 +137,7 @@ class Uniform(ItemSelector):
         return Uniform()
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._dense)
 
     def __repr__(self) -> str:
         return "UniformSelector"
@@ -256,21 +260,24 @@ class _Ordered(ItemSelector):
     _newest_first = False
 
     def __init__(self) -> None:
-        self._prev = np.full(64, -1, dtype=np.int64)
-        self._next = np.full(64, -1, dtype=np.int64)
+        self._prev = array.array("q")
+        self._next = array.array("q")
         self._head = -1  # oldest
         self._tail = -1  # newest
         self._n = 0
 
     def insert(self, slot: int, priority: float) -> None:
-        if slot >= len(self._prev):
-            self._prev = _grow(self._prev, slot + 1)
-            self._next = _grow(self._next, slot + 1)
+        prev = self._prev
+        nxt = self._next
+        if slot >= len(prev):
+            grow = _MINUS_ONES * ((slot + 1 - len(prev)) // len(_MINUS_ONES) + 1)
+            prev.extend(grow)
+            nxt.extend(grow)
         tail = self._tail
-        self._prev[slot] = tail
-        self._next[slot] = -1
+        prev[slot] = tail
+        nxt[slot] = -1
         if tail >= 0:
-            self._next[tail] = slot
+            nxt[tail] = slot
         else:
             self._head = slot
         self._tail = slot
@@ -283,8 +290,8 @@ class _Ordered(ItemSelector):
         pass
 
     def delete(self, slot: int) -> None:
-        p = int(self._prev[slot])
-        n = int(self._next[slot])
+        p = self._prev[slot]
+        n = self._next[slot]
         if p >= 0:
             self._next[p] = n
         else:
@@ -302,9 +309,10 @@ class _Ordered(ItemSelector):
         """Slots from oldest to newest."""
         out = []
         s = self._head
+        nxt = self._next
         while s >= 0:
             out.append(s)
-            s = int(self._next[s])
+            s = nxt[s]
         return out
 
     def clear(self) -> None:

@@ -8,6 +8,8 @@ so sampling or updating k slots costs O(k log n) in a handful of vectorised step
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 
 
@@ -20,7 +22,8 @@ class SumTree:
             cap *= 2
         self._cap = cap
         self._depth = cap.bit_length() - 1
-        self._tree = np.zeros(2 * cap, dtype=np.float64)
+        self._arr = array.array("d", bytes(16 * cap))  # scalar access is fastest on array.array
+        self._tree = np.frombuffer(self._arr, dtype=np.float64)
 
     @property
     def capacity(self) -> int:
@@ -28,7 +31,7 @@ class SumTree:
 
     @property
     def total(self) -> float:
-        return float(self._tree[1])
+        return self._arr[1]
 
     def _grow(self, min_capacity: int) -> None:
         cap = self._cap
@@ -37,7 +40,8 @@ class SumTree:
         leaves = self._tree[self._cap:2 * self._cap].copy()
         self._cap = cap
         self._depth = cap.bit_length() - 1
-        self._tree = np.zeros(2 * cap, dtype=np.float64)
+        self._arr = array.array("d", bytes(16 * cap))
+        self._tree = np.frombuffer(self._arr, dtype=np.float64)
         self._tree[cap:cap + len(leaves)] = leaves
         self._rebuild()
 
@@ -50,7 +54,7 @@ class SumTree:
             n = half
 
     def get(self, slot: int) -> float:
-        return float(self._tree[self._cap + slot])
+        return self._arr[self._cap + slot]
 
     def get_many(self, slots: np.ndarray) -> np.ndarray:
         return self._tree[self._cap + slots]
@@ -59,12 +63,13 @@ class SumTree:
         """Sets one leaf and recomputes its ancestors (O(log n), scalar fast path)."""
         if slot >= self._cap:
             self._grow(slot + 1)
-        t = self._tree
+        t = self._arr
         i = self._cap + slot
         t[i] = value
         i >>= 1
-        while i >= 1:
-            t[i] = t[2 * i] + t[2 * i + 1]
+        while i:
+            j = i << 1
+            t[i] = t[j] + t[j + 1]
             i >>= 1
 
     def set_many(self, slots: np.ndarray, values: np.ndarray) -> None:
@@ -87,9 +92,12 @@ class SumTree:
     def clear(self) -> None:
         self._tree[:] = 0.0
 
+    def nbytes(self) -> int:
+        return self._tree.nbytes
+
     def find(self, target: float) -> int:
         """The slot whose prefix-sum interval contains ``target`` (scalar descent)."""
-        t = self._tree
+        t = self._arr
         i = 1
         cap = self._cap
         while i < cap:

@@ -8,6 +8,7 @@ indexed by *slot*, so selectors and batch operations can work on it vectorised.
 
 from __future__ import annotations
 
+import array
 import operator
 import random
 import threading
@@ -18,7 +19,7 @@ import numpy as np
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import ChunkStore
+from ostinato.core.chunk_store import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.extensions import TableExtension
 from ostinato.core.rate_limiter import Queue, RateLimiter, Stack
@@ -102,14 +103,18 @@ class Table:
         self._store = ChunkStore()
         self._server: Any = None
         self._closed = False
+        self._waiting = 0  # threads blocked in _wait_locked
         self._rng = np.random.default_rng()
         self._key_rng = random.Random()
 
         cap = 64
-        self._keys = np.zeros(cap, dtype=np.uint64)
-        self._prio = np.zeros(cap, dtype=np.float64)
-        self._times = np.zeros(cap, dtype=np.int32)
-        self._seq = np.zeros(cap, dtype=np.int64)
+        # Per-slot metadata: array.array for fast scalar access, with numpy views of the same
+        # memory (the arrays are replaced, never resized, so the views stay valid).
+        self._a_keys = array.array("Q", bytes(8 * cap))
+        self._a_prio = array.array("d", bytes(8 * cap))
+        self._a_times = array.array("i", bytes(4 * cap))
+        self._a_seq = array.array("q", bytes(8 * cap))
+        self._make_views()
         self._traj: list[Any] = [None] * cap
         self._squeeze: list[Any] = [None] * cap
         self._key_to_slot: dict[int, int] = {}
@@ -270,56 +275,68 @@ class Table:
             raise errors.CancelledError(f"Table {self._name!r} has been closed.")
 
     # -- slots ------------------------------------------------------------------------------------
+    def _make_views(self) -> None:
+        self._keys = np.frombuffer(self._a_keys, dtype=np.uint64)
+        self._prio = np.frombuffer(self._a_prio, dtype=np.float64)
+        self._times = np.frombuffer(self._a_times, dtype=np.int32)
+        self._seq = np.frombuffer(self._a_seq, dtype=np.int64)
+
     def _grow(self) -> None:
-        old = len(self._keys)
-        new = old * 2
-        for attr in ("_keys", "_prio", "_times", "_seq"):
+        old = len(self._a_keys)
+        for attr in ("_a_keys", "_a_prio", "_a_times", "_a_seq"):
             a = getattr(self, attr)
-            b = np.zeros(new, dtype=a.dtype)
-            b[:old] = a
+            b = array.array(a.typecode, a)
+            b.extend(array.array(a.typecode, bytes(a.itemsize * old)))
             setattr(self, attr, b)
+        self._make_views()
         self._traj.extend([None] * old)
         self._squeeze.extend([None] * old)
-        self._free.extend(range(new - 1, old - 1, -1))
+        self._free.extend(range(2 * old - 1, old - 1, -1))
 
     # -- insert -----------------------------------------------------------------------------------
     def _insert_locked(self, key: int, priority: float, traj: items_lib.Packed,
                        squeeze: tuple[bool, ...], assign: bool) -> int:
         """Inserts one admitted item; returns the key used. Caller holds the lock."""
-        slot = self._key_to_slot.get(key)
-        if slot is not None:
+        k2s = self._key_to_slot
+        if key in k2s:
             if assign:
-                self._update_slot(slot, key, priority)
+                self._update_slot(k2s[key], key, priority)
                 return key
-            while key in self._key_to_slot:  # a 64-bit collision: draw a fresh key
+            while key in k2s:  # a 64-bit collision: draw a fresh key
                 key = self._key_rng.getrandbits(64)
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        self._keys[slot] = key
-        self._prio[slot] = priority
-        self._times[slot] = 0
-        self._seq[slot] = self._next_seq
+        self._a_keys[slot] = key
+        self._a_prio[slot] = priority
+        self._a_times[slot] = 0
+        self._a_seq[slot] = self._next_seq
         self._next_seq += 1
         self._traj[slot] = traj
         self._squeeze[slot] = squeeze
-        self._key_to_slot[key] = slot
+        k2s[key] = slot
         self._sampler.insert(slot, priority)
         self._remover.insert(slot, priority)
-        chunks = list(items_lib.iter_chunks(traj))
-        self._store.acquire(chunks)
+        chunks = traj[0::3] if type(traj[0]) is Chunk else tuple(items_lib.iter_chunks(traj))
+        with self._store._lock:
+            d = self._store._chunks
+            for c in chunks:
+                if c.refs == 0:
+                    d[c.key] = c
+                c.refs += 1
         er = self._episode_refs
         for c in chunks:
             e = c.episode_id
             er[e] = er.get(e, 0) + 1
         if self._max_times_sampled:
             self._remaining_samples += self._max_times_sampled
-        for h in self._hooks:
-            h.on_insert(self._name, key, priority)
-        if len(self._key_to_slot) > self._max_size:
+        if self._hooks:
+            for h in self._hooks:
+                h.on_insert(self._name, key, priority)
+        if len(k2s) > self._max_size:
             victim, _ = self._remover.sample(self._rng)
             self._delete_slot(victim)
-        self._limiter.insert()
+        self._limiter.inserts += 1
         return key
 
     def insert(self, key: int, priority: float, trajectory: items_lib.Packed,
@@ -348,18 +365,22 @@ class Table:
         Returns:
           How many of ``items`` (a prefix) were inserted.
         """
+        neg = self._reject_negative
         for it in items:
-            self.validate_priority(it[1])
+            p = it[1]
+            if p != p or (neg and p < 0):
+                self.validate_priority(p)
         done = 0
-        with self._cond:
-            self._check_open()
+        with self._lock:
+            if self._closed:
+                self._check_open()
             lim = self._limiter
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
                     break
                 self._insert_locked(key, priority, traj, squeeze, assign)
                 done += 1
-            if done:
+            if done and self._waiting:
                 self._cond.notify_all()
         return done
 
@@ -401,7 +422,11 @@ class Table:
                     f"deadline ({self._limiter.describe_state(len(self._key_to_slot))}).")
                 err.inserted = list(done or [])  # type: ignore[attr-defined]
                 raise err
-            self._cond.wait(remaining if remaining is not None else 1.0)
+            self._waiting += 1
+            try:
+                self._cond.wait(remaining if remaining is not None else 1.0)
+            finally:
+                self._waiting -= 1
 
     # -- sample -----------------------------------------------------------------------------------
     def _allowed_locked(self, n: int) -> int:
@@ -435,7 +460,8 @@ class Table:
             else:
                 batch = self._sample_vectorised(k)
             batch.rate_limited = rate_limited
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
             return batch
 
     def _sample_vectorised(self, k: int) -> items_lib.SampleBatch:
@@ -483,15 +509,15 @@ class Table:
         mts = self._max_times_sampled
         for i in range(k):
             slot, p = self._sampler.sample(self._rng)
-            t = int(self._times[slot]) + 1
-            self._times[slot] = t
+            t = self._a_times[slot] + 1
+            self._a_times[slot] = t
             if t == 1:
                 self._num_unique_samples += 1
             self._remaining_samples -= 1
-            keys[i] = self._keys[slot]
+            keys[i] = self._a_keys[slot]
             probs[i] = p
             sizes[i] = len(self._key_to_slot)
-            prios[i] = self._prio[slot]
+            prios[i] = self._a_prio[slot]
             times_out[i] = t
             trajs.append(self._traj[slot])
             sqs.append(self._squeeze[slot])
@@ -504,19 +530,19 @@ class Table:
 
     # -- mutate -----------------------------------------------------------------------------------
     def _update_slot(self, slot: int, key: int, priority: float) -> None:
-        self._prio[slot] = priority
+        self._a_prio[slot] = priority
         self._sampler.update(slot, priority)
         self._remover.update(slot, priority)
         for h in self._hooks:
             h.on_update(self._name, key, priority)
 
     def _delete_slot(self, slot: int) -> None:
-        key = int(self._keys[slot])
+        key = self._a_keys[slot]
         traj = self._traj[slot]
         self._sampler.delete(slot)
         self._remover.delete(slot)
         del self._key_to_slot[key]
-        chunks = list(items_lib.iter_chunks(traj))
+        chunks = traj[0::3] if type(traj[0]) is Chunk else tuple(items_lib.iter_chunks(traj))
         self._store.release(chunks)
         er = self._episode_refs
         for c in chunks:
@@ -528,13 +554,14 @@ class Table:
                 del er[e]
                 self._num_deleted_episodes += 1
         if self._max_times_sampled:
-            self._remaining_samples -= self._max_times_sampled - int(self._times[slot])
+            self._remaining_samples -= self._max_times_sampled - self._a_times[slot]
         self._traj[slot] = None
         self._squeeze[slot] = None
         self._free.append(slot)
-        self._limiter.delete()
-        for h in self._hooks:
-            h.on_delete(self._name, key)
+        self._limiter.deletes += 1
+        if self._hooks:
+            for h in self._hooks:
+                h.on_delete(self._name, key)
 
     def _slots_of(self, keys: Iterable[int]) -> tuple[list[int], list[int]]:
         """Maps keys to slots, skipping unknown keys. Returns (positions, slots)."""

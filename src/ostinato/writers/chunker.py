@@ -44,6 +44,11 @@ def to_array(value: Any) -> np.ndarray:
     return arr
 
 
+_FAST_TYPES = frozenset({np.ndarray, np.float32, np.float64, np.float16, np.int8, np.int16, np.int32,
+                         np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+                         np.complex64, np.complex128})
+
+
 class CellRef:
     """A reference to one appended value (Reverb's ``WeakCellRef``).
 
@@ -131,22 +136,27 @@ class ColumnChunker:
         self._buf = None
         self._n = 0
 
+    def _first_value(self, arr: np.ndarray) -> None:
+        self.dtype = arr.dtype
+        self.shape = arr.shape
+        if self.max_chunk_length is not None:
+            self._rows = self.max_chunk_length
+        else:
+            row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape, dtype=np.int64)))
+            self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
+
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
-        arr = value if type(value) is np.ndarray else to_array(value)
-        if self.dtype is None:
-            self.dtype = arr.dtype
-            self.shape = arr.shape
-            if self.max_chunk_length is not None:
-                self._rows = self.max_chunk_length
+        arr = value if type(value) in _FAST_TYPES else to_array(value)
+        if arr.dtype != self.dtype or arr.shape != self.shape:
+            if self.dtype is None:
+                self._first_value(arr)
             else:
-                row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape, dtype=np.int64)))
-                self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
-        elif arr.dtype != self.dtype or arr.shape != self.shape:
-            raise self._spec_error(arr)
-        if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
-            self._start_chunk(episode_id)
+                raise self._spec_error(np.asarray(arr))
         n = self._n
+        if n >= self._rows or self._episode != episode_id or self._chunk is None:
+            self._start_chunk(episode_id)
+            n = 0
         self._buf[n] = arr  # type: ignore[index]
         self._n = n + 1
         ref = CellRef(self._chunk, n, self, step)  # type: ignore[arg-type]
@@ -167,8 +177,10 @@ class ColumnChunker:
     def configure(self, num_keep_alive_refs: int, max_chunk_length: int | None) -> None:
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
+        self._trim_current()
         if max_chunk_length is not None:
-            self._trim_current()
             self._rows = max_chunk_length
+        elif self.dtype is not None:
+            self._first_value(np.empty(self.shape, self.dtype))
         while len(self._live) > num_keep_alive_refs:
             self._live.popleft().expired = True

@@ -24,6 +24,26 @@ _log = logging.getLogger(__name__)
 DEFAULT_MAX_PENDING_ITEMS = 10_000
 
 
+_LEAF_TYPES = frozenset({np.ndarray, int, float, bool, np.float32, np.float64, np.float16, np.int8,
+                         np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                         np.bool_})
+_SQ_CACHE = items_lib._SQUEEZE_CACHE
+
+
+def _repack(packed: list[Any]) -> tuple[Any, ...]:
+    """Turns a mixed list of (chunk, offset, length) triples and slice lists into per-column form."""
+    columns: list[tuple[Any, ...]] = []
+    i = 0
+    while i < len(packed):
+        if isinstance(packed[i], list):
+            columns.append(tuple(packed[i]))
+            i += 1
+        else:
+            columns.append(((packed[i], packed[i + 1], packed[i + 2]),))
+            i += 3
+    return tuple(columns)
+
+
 def _is_column(x: Any) -> bool:
     return isinstance(x, TrajectoryColumn)
 
@@ -116,6 +136,8 @@ class TrajectoryWriter:
         self._structure: Any = None
         self._history_cache: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
+        self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
+        self._traj_key_cache: dict[tuple[Any, ...], list[Any]] = {}
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False
@@ -185,11 +207,30 @@ class TrajectoryWriter:
           ValueError: a value's dtype or shape differs from the column's first value, or a
             field is set twice within one open step.
         """
-        self._check_usable()
-        leaves, treespec = optree.tree_flatten(data, none_is_leaf=True)
-        cols = self._spec_cache.get(treespec)
+        if self._closed:
+            self._check_usable()
+        cols = None
+        if type(data) is dict:
+            # Fast path: a flat dict whose values are all arrays or scalars.
+            fast = self._dict_cache.get(tuple(data))
+            if fast is not None:
+                leaves = list(data.values())
+                for v in leaves:
+                    if type(v) not in _LEAF_TYPES:
+                        break
+                else:
+                    cols = fast
         if cols is None:
-            cols = self._learn(data, treespec)
+            leaves, treespec = optree.tree_flatten(data, none_is_leaf=True)
+            cols = self._spec_cache.get(treespec)
+            if cols is None:
+                cols = self._learn(data, treespec)
+            if type(data) is dict and len(cols) == len(data) and all(
+                    type(v) in _LEAF_TYPES for v in data.values()):
+                order = {k: i for i, k in enumerate(sorted(data))}
+                self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
+                leaves = list(data.values())
+                cols = self._dict_cache[tuple(data)]
         step = self._episode_steps
         episode = self._episode_id
         if self._step_open:
@@ -205,15 +246,13 @@ class TrajectoryWriter:
                     col.history.set_last(self._chunk_append(col, value, episode, step))
                     col.set_in_step = True
         else:
-            touched = 0
             for value, col in zip(leaves, cols):
                 if value is None:
                     col.history.append(None)
                 else:
-                    col.history.append(self._chunk_append(col, value, episode, step))
+                    col.history.append(col.chunker.append(value, episode, step))
                     col.set_in_step = True
-                touched += 1
-            if touched != len(self._columns):
+            if len(cols) != len(self._columns):
                 seen = {id(c) for c in cols}
                 for col in self._columns:
                     if id(col) not in seen:
@@ -247,30 +286,59 @@ class TrajectoryWriter:
           ValueError: empty trajectory or column, NaN/negative priority, unknown table, or a
             column that does not match the table's signature. Nothing is stored then.
         """
-        self._check_usable()
+        if self._closed:
+            self._check_usable()
         priority = float(priority)
         if priority != priority:
             raise ValueError("`priority` must not be nan.")
-        cols = optree.tree_leaves(trajectory, is_leaf=_is_column, none_is_leaf=True)
+        cols = None
+        if type(trajectory) is dict:
+            order = self._traj_key_cache.get(tuple(trajectory))
+            if order is None:
+                order = sorted(trajectory)
+                self._traj_key_cache[tuple(trajectory)] = order
+            cols = [trajectory[k] for k in order]
+            for c in cols:
+                if type(c) is not TrajectoryColumn:
+                    cols = None
+                    break
+        if cols is None:
+            cols = optree.tree_leaves(trajectory, is_leaf=_is_column, none_is_leaf=True)
+            if not cols:
+                raise ValueError("trajectory must not be empty.")
+            for c in cols:
+                if not isinstance(c, TrajectoryColumn):
+                    raise TypeError(
+                        f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
+        packed: list[Any] = []
+        flat = True
+        squeeze = []
+        for c in cols:
+            refs = c._refs
+            squeeze.append(c._squeeze)
+            if len(refs) == 1 and not refs[0].expired:
+                r = refs[0]
+                packed += (r.chunk, r.offset, 1)
+                continue
+            if not refs:
+                raise ValueError(f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
+                                 f"(path {c._path}) has no steps.")
+            slices = _merge_refs(refs, len(squeeze) - 1)
+            if len(slices) == 1:
+                packed += slices[0]
+            else:
+                flat = False
+                packed.append(slices)
         if not cols:
             raise ValueError("trajectory must not be empty.")
-        columns = []
-        squeeze = []
-        for i, c in enumerate(cols):
-            if type(c) is not TrajectoryColumn and not isinstance(c, TrajectoryColumn):
-                raise TypeError(f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
-            refs = c._refs
-            if not refs:
-                raise ValueError(f"trajectory must not contain empty columns: column {i} "
-                                 f"(path {c._path}) has no steps.")
-            columns.append(_merge_refs(refs, i) if len(refs) > 1 or refs[0].expired
-                           else [(refs[0].chunk, refs[0].offset, 1)])
-            squeeze.append(c._squeeze)
-        sq = items_lib.intern_squeeze(squeeze)
+        sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
         if self._validate:
             self._validate_item(table, priority, cols, sq)
-        item = (new_key(), priority, items_lib.pack(columns), sq)
-        self._submit(table, item, timeout_ms)
+        if flat:
+            trajectory_packed = tuple(packed)
+        else:
+            trajectory_packed = _repack(packed)
+        self._submit(table, (new_key(), priority, trajectory_packed, sq), timeout_ms)
 
     def _table_meta(self, table: str) -> Any:
         meta = self._table_cache.get(table)
@@ -317,9 +385,8 @@ class TrajectoryWriter:
         self._validated.add(key)
 
     def _submit(self, table: str, item: tuple[Any, ...], timeout_ms: int | None) -> None:
-        if not self._pending:
-            if self._transport.try_insert(table, [item]) == 1:
-                return
+        if not self._pending and self._transport.try_insert(table, (item,)) == 1:
+            return
         with self._cv:
             if len(self._pending) >= self._max_pending:
                 deadline = _timeout_from_ms(timeout_ms)
