@@ -61,6 +61,7 @@ W5_MAX_BATCHES = 100
 W5_MIN_SECONDS = 1.0
 W5_MAX_SECONDS = 3.0
 MEM_ITEMS = 200_000
+SETTLE_SECONDS = 1.5
 MEM_WARMUP_ITEMS = 1_000
 W1_DATA_BYTES = 8 * 4 + 4 + 4  # obs f32[8] + action i32 + reward f32
 TABLE_MAX_SIZE = 1_000_000
@@ -237,6 +238,13 @@ def fill_w1(client, table, n, seed, trajectory_items, chunk=10_000):
     log(f"  filled {n} items into {table!r} in {time.perf_counter() - t0:.1f} s")
 
 
+def settle():
+    """Pause after a fill: Reverb's sampling right after heavy writer traffic is several
+    times slower for ~1-2 s (server threads still busy). Applied to both implementations."""
+    gc.collect()
+    time.sleep(SETTLE_SECONDS)
+
+
 def sample_kwargs(style: str):
     # Reverb 0.14's client.sample(emit_timesteps=True) -- the default -- raises
     # TypeError for items with squeezed scalar columns, so the "flat" style asks for
@@ -315,12 +323,15 @@ def run_w4(reverb, args):
     try:
         fill_w1(client, "w4", FILL_ITEMS, seed=4, trajectory_items=args.sample_style == "timesteps")
         kw = sample_kwargs(args.sample_style)
+        settle()
+        for _ in client.sample("w4", num_samples=SAMPLE_BATCH, **kw):  # warm-up, untimed
+            pass
         values = []
         for r in range(args.repeat):
             n = 0
             t0 = time.perf_counter()
             while n < SAMPLE_TOTAL:
-                for s in client.sample("w4", num_samples=SAMPLE_BATCH, **kw):
+                for _s in client.sample("w4", num_samples=SAMPLE_BATCH, **kw):
                     pass
                 n += SAMPLE_BATCH
             dt = time.perf_counter() - t0
@@ -334,15 +345,24 @@ def run_w4(reverb, args):
     return {
         "unit": "items/s",
         "values": values,
-        "params": {"items": FILL_ITEMS, "samples": SAMPLE_TOTAL, "num_samples": SAMPLE_BATCH,
-                   "sample_style": args.sample_style, "yielded": shape},
+        "params": {
+            "items": FILL_ITEMS,
+            "samples": SAMPLE_TOTAL,
+            "num_samples": SAMPLE_BATCH,
+            "sample_style": args.sample_style,
+            "yielded": shape,
+        },
     }
 
 
 def run_w4b(reverb, args):
     server, client = make_server(reverb, [uniform_table(reverb, "w4b")])
     try:
-        fill_w1(client, "w4b", FILL_ITEMS, seed=4, trajectory_items=args.sample_style == "timesteps")
+        fill_w1(
+            client, "w4b", FILL_ITEMS, seed=4, trajectory_items=args.sample_style == "timesteps"
+        )
+        settle()
+        client.sample_batch("w4b", batch_size=SAMPLE_BATCH)  # warm-up, untimed
         values = []
         for r in range(args.repeat):
             n = 0
@@ -386,21 +406,31 @@ def run_w5(reverb, args):
             for s in client.sample("w5", num_samples=SAMPLE_BATCH, **kw):
                 keys.append(sample_key(s))
             prios = rng.uniform(0.01, 10.0, size=len(keys))
-            client.mutate_priorities("w5", updates={k: float(p) for k, p in zip(keys, prios)})
+            client.mutate_priorities(
+                "w5", updates={k: float(p) for k, p in zip(keys, prios, strict=True)}
+            )
 
+        settle()
+        step()  # warm-up, untimed
         values = []
         for r in range(args.repeat):
             batches, el = _timed_batches(step)
             values.append(batches / el)
-            log(f"  W5 run {r + 1}/{args.repeat}: {batches / el:,.1f} batches/s "
-                f"({batches} batches, {el:.2f} s)")
+            log(
+                f"  W5 run {r + 1}/{args.repeat}: {batches / el:,.1f} batches/s "
+                f"({batches} batches, {el:.2f} s)"
+            )
     finally:
         stop_server(server)
     return {
         "unit": "batches/s",
         "values": values,
-        "params": {"items": FILL_ITEMS, "batch": SAMPLE_BATCH, "priority_exponent": 0.6,
-                   "sample_style": args.sample_style},
+        "params": {
+            "items": FILL_ITEMS,
+            "batch": SAMPLE_BATCH,
+            "priority_exponent": 0.6,
+            "sample_style": args.sample_style,
+        },
     }
 
 
@@ -408,7 +438,9 @@ def run_w5b(reverb, args):
     server, client = make_server(reverb, [prioritized_table(reverb, "w5b")])
     rng = np.random.default_rng(5)
     try:
-        fill_w1(client, "w5b", FILL_ITEMS, seed=5, trajectory_items=args.sample_style == "timesteps")
+        fill_w1(
+            client, "w5b", FILL_ITEMS, seed=5, trajectory_items=args.sample_style == "timesteps"
+        )
 
         def step():
             b = client.sample_batch("w5b", batch_size=SAMPLE_BATCH)
@@ -416,12 +448,16 @@ def run_w5b(reverb, args):
             prios = rng.uniform(0.01, 10.0, size=len(keys))
             client.update_priorities("w5b", keys, prios)
 
+        settle()
+        step()  # warm-up, untimed
         values = []
         for r in range(args.repeat):
             batches, el = _timed_batches(step)
             values.append(batches / el)
-            log(f"  W5b run {r + 1}/{args.repeat}: {batches / el:,.1f} batches/s "
-                f"({batches} batches, {el:.2f} s)")
+            log(
+                f"  W5b run {r + 1}/{args.repeat}: {batches / el:,.1f} batches/s "
+                f"({batches} batches, {el:.2f} s)"
+            )
     finally:
         stop_server(server)
     return {
@@ -465,6 +501,7 @@ def mem_child(reverb, n_items: int) -> dict:
     server, client = make_server(reverb, [uniform_table(reverb, "mem")])
     try:
         with client.trajectory_writer(num_keep_alive_refs=1) as w:
+
             def insert(lo, hi):
                 for i in range(lo, hi):
                     w.append({"obs": obs[i].copy(), "action": action[i], "reward": reward[i]})
@@ -509,10 +546,16 @@ def mem_child(reverb, n_items: int) -> dict:
 def run_mem(impl, args):
     values, runs = [], []
     for r in range(args.repeat):
-        cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--mem-child",
-               "--mem-items", str(args.mem_items)]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              timeout=900)
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--impl",
+            impl,
+            "--mem-child",
+            "--mem-items",
+            str(args.mem_items),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"MEM child failed (rc={proc.returncode}):\n{tail}")
@@ -524,8 +567,12 @@ def run_mem(impl, args):
             f"data (RSS {res['rss_before'] / 2**20:.0f} -> {res['rss_after'] / 2**20:.0f} MiB, "
             f"{res['items']} items, table size {res['table_size']})"
         )
-    return {"unit": "bytes/item", "values": values, "params": {"items": args.mem_items,
-            "data_bytes_per_item": W1_DATA_BYTES}, "runs": runs}
+    return {
+        "unit": "bytes/item",
+        "values": values,
+        "params": {"items": args.mem_items, "data_bytes_per_item": W1_DATA_BYTES},
+        "runs": runs,
+    }
 
 
 WORKLOAD_FUNCS = {
@@ -572,8 +619,10 @@ def run_impl(impl: str, workloads, args) -> dict:
             out["results"][wl] = {"error": f"{type(e).__name__}: {e}"}
             continue
         res["median"] = statistics.median(res["values"])
+        res["min"], res["max"] = min(res["values"]), max(res["values"])
         for name, extra in res.pop("extra", {}).items():
             extra["median"] = statistics.median(extra["values"])
+            extra["min"], extra["max"] = min(extra["values"]), max(extra["values"])
             out["results"][name] = extra
         res["wall_seconds"] = time.perf_counter() - t0
         out["results"][wl] = res
@@ -582,14 +631,16 @@ def run_impl(impl: str, workloads, args) -> dict:
 
 
 def print_single(out: dict) -> None:
-    print(f"\n{out['impl']} {out['version']} (python {out['python']}, "
-          f"median of {out['repeat']})")
+    print(f"\n{out['impl']} {out['version']} (python {out['python']}, median of {out['repeat']})")
     for name, res in out["results"].items():
         title = TITLES.get(name, name)
         if "error" in res:
             print(f"  {name:<8} {title:<28} ERROR: {res['error']}")
         else:
-            print(f"  {name:<8} {title:<28} {res['median']:>14,.1f} {res['unit']}")
+            print(
+                f"  {name:<8} {title:<28} {res['median']:>14,.1f} {res['unit']:<11} "
+                f"(min {res['min']:,.1f}, max {res['max']:,.1f})"
+            )
 
 
 def _fmt(v):
@@ -601,8 +652,11 @@ def _fmt(v):
 def compare_table(ost: dict, rev: dict) -> tuple[str, bool]:
     rows = []
     all_pass = True
-    names = [n for n in ["W1", "W2", "W2_MBps", "W4", "W4b", "W5", "W5b", "MEM"]
-             if n in ost["results"] or n in rev["results"]]
+    names = [
+        n
+        for n in ["W1", "W2", "W2_MBps", "W4", "W4b", "W5", "W5b", "MEM"]
+        if n in ost["results"] or n in rev["results"]
+    ]
     for name in names:
         o = ost["results"].get(name, {})
         base = REVERB_BASELINE.get(name, name)
@@ -640,13 +694,18 @@ def compare_table(ost: dict, rev: dict) -> tuple[str, bool]:
             ovs = "ERROR"
         else:
             ovs = _fmt(ov)
-        rows.append((label, ovs, _fmt(rv) if "error" not in r else "ERROR", unit, ratio, target,
-                     verdict))
+        rows.append(
+            (label, ovs, _fmt(rv) if "error" not in r else "ERROR", unit, ratio, target, verdict)
+        )
     hdr = ("workload", "ostinato", "reverb", "unit", "ratio", "target", "result")
     widths = [max(len(str(x[i])) for x in rows + [hdr]) for i in range(len(hdr))]
-    lines = ["  ".join(str(c).ljust(w) if i in (0, 3, 5) else str(c).rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths)))
-             for row in [hdr] + rows]
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i in (0, 3, 5) else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [hdr] + rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines), all_pass
 
@@ -665,17 +724,33 @@ def run_reverb_subprocess(workloads, args) -> dict:
     rev_wl = [w for w in ALL_WORKLOADS if w in rev_wl]
     with tempfile.TemporaryDirectory() as td:
         jpath = os.path.join(td, "reverb.json")
-        cmd = [py, os.path.abspath(__file__), "--impl", "reverb", "--workloads", ",".join(rev_wl),
-               "--repeat", str(args.repeat), "--json", jpath, "--sample-style", args.sample_style,
-               "--mem-items", str(args.mem_items)]
+        cmd = [
+            py,
+            os.path.abspath(__file__),
+            "--impl",
+            "reverb",
+            "--workloads",
+            ",".join(rev_wl),
+            "--repeat",
+            str(args.repeat),
+            "--json",
+            jpath,
+            "--sample-style",
+            args.sample_style,
+            "--mem-items",
+            str(args.mem_items),
+        ]
         log(f"running reverb side: {' '.join(cmd)}")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         suppressed = 0
         assert proc.stderr is not None
         for line in proc.stderr:
             # Reverb/TF native logging is very chatty (e.g. "pending items alarmingly high").
-            if line.startswith("[reverb/cc/") or "tensorflow/core" in line or \
-                    line.startswith("To enable the following instructions"):
+            if (
+                line.startswith("[reverb/cc/")
+                or "tensorflow/core" in line
+                or line.startswith("To enable the following instructions")
+            ):
                 suppressed += 1
                 continue
             sys.stderr.write("  (reverb) " + line)
@@ -691,22 +766,35 @@ def run_reverb_subprocess(workloads, args) -> dict:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", choices=["ostinato", "reverb"], default="ostinato")
-    p.add_argument("--workloads", default=None,
-                   help=f"comma-separated subset of {','.join(ALL_WORKLOADS)} (default: all "
-                        "that apply to the implementation)")
+    p.add_argument(
+        "--workloads",
+        default=None,
+        help=f"comma-separated subset of {','.join(ALL_WORKLOADS)} (default: all "
+        "that apply to the implementation)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per workload; median reported")
     p.add_argument("--json", default=None, help="write results as JSON to this file")
-    p.add_argument("--compare-reverb", action="store_true",
-                   help="run ostinato here and dm-reverb via $OSTINATO_REVERB_PYTHON "
-                        f"(default {DEFAULT_REVERB_PYTHON}), then print a comparison table")
-    p.add_argument("--reverb-json", default=None,
-                   help="with --compare-reverb: reuse a saved `--impl reverb --json` result "
-                        "instead of running reverb again")
-    p.add_argument("--sample-style", choices=["timesteps", "flat"], default="timesteps",
-                   help="W4/W5 items: 'timesteps' = one-step trajectory items (history[c][-1:]) "
-                        "sampled with the default client.sample() (yields 1-element lists); "
-                        "'flat' = W1 items (history[c][-1]) sampled with emit_timesteps=False "
-                        "(Reverb cannot split squeezed scalar columns into timesteps)")
+    p.add_argument(
+        "--compare-reverb",
+        action="store_true",
+        help="run ostinato here and dm-reverb via $OSTINATO_REVERB_PYTHON "
+        f"(default {DEFAULT_REVERB_PYTHON}), then print a comparison table",
+    )
+    p.add_argument(
+        "--reverb-json",
+        default=None,
+        help="with --compare-reverb: reuse a saved `--impl reverb --json` result "
+        "instead of running reverb again",
+    )
+    p.add_argument(
+        "--sample-style",
+        choices=["timesteps", "flat"],
+        default="timesteps",
+        help="W4/W5 items: 'timesteps' = one-step trajectory items (history[c][-1:]) "
+        "sampled with the default client.sample() (yields 1-element lists); "
+        "'flat' = W1 items (history[c][-1]) sampled with emit_timesteps=False "
+        "(Reverb cannot split squeezed scalar columns into timesteps)",
+    )
     p.add_argument("--mem-items", type=int, default=MEM_ITEMS, help=argparse.SUPPRESS)
     p.add_argument("--mem-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -752,8 +840,10 @@ def main(argv=None) -> int:
     else:
         rev = run_reverb_subprocess(args.workload_list, args)
     table, all_pass = compare_table(ost, rev)
-    print(f"\nostinato {ost['version']} vs dm-reverb {rev['version']} "
-          f"(median of {args.repeat}; {os.cpu_count()} CPUs)\n")
+    print(
+        f"\nostinato {ost['version']} vs dm-reverb {rev['version']} "
+        f"(median of {args.repeat}; {os.cpu_count()} CPUs)\n"
+    )
     print(table)
     print(f"\noverall: {'PASS' if all_pass else 'FAIL'}")
     if args.json:

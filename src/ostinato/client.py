@@ -263,11 +263,11 @@ class Client:
           How many items were updated.
         """
         return self._get_transport().update_priorities(
-            table, np.asarray(keys), np.asarray(priorities, dtype=np.float64), Deadline.never())
+            table, keys, np.asarray(priorities, dtype=np.float64), Deadline.never())
 
     def delete(self, table: str, keys: Sequence[int] | np.ndarray) -> int:
         """Deletes items by key (Ostinato only). Returns how many existed."""
-        return self._get_transport().delete(table, np.asarray(keys), Deadline.never())
+        return self._get_transport().delete(table, keys, Deadline.never())
 
     def reset(self, table: str) -> None:
         """Removes all items of ``table`` and resets its rate limiter and statistics."""

@@ -51,7 +51,7 @@ class TensorSpec:
     @classmethod
     def from_spec(cls, spec: Any, name: str | None = None) -> TensorSpec:
         """Builds a TensorSpec from this class or any ``tf.TensorSpec``-like object."""
-        if isinstance(spec, TensorSpec):
+        if isinstance(spec, TensorSpec) and (name is None or spec.name == name):
             return spec
         return cls(spec.shape, spec.dtype, name if name is not None else getattr(spec, "name", None))
 

@@ -31,6 +31,18 @@ from ostinato.types import TableInfo
 Item = tuple[int, float, items_lib.Packed, tuple[bool, ...]]
 
 
+def _key_list(keys: Any) -> list[int]:
+    """Item keys as Python ints, from an array or any iterable of integers (never via float)."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype.kind not in "ui":
+            raise errors.InvalidArgumentError(f"keys must be integers, got an array of {keys.dtype}")
+        return keys.astype(np.uint64, copy=False).reshape(-1).tolist()
+    try:
+        return [operator.index(k) for k in keys]
+    except TypeError:
+        raise errors.InvalidArgumentError(f"keys ({keys!r}) must be integers") from None
+
+
 def _positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{name} ({value!r}) must be a positive integer")
@@ -582,7 +594,7 @@ class Table:
           The number of items updated.
         """
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        key_list = np.asarray(keys).astype(np.uint64, copy=False).reshape(-1).tolist()
+        key_list = _key_list(keys)
         if len(key_list) != len(p):
             raise errors.InvalidArgumentError(
                 f"keys ({len(key_list)}) and priorities ({len(p)}) must have the same length")
@@ -598,7 +610,7 @@ class Table:
             self._sampler.update_many(s, pv)
             self._remover.update_many(s, pv)
             if self._hooks:
-                for k, v in zip(np.asarray(key_list)[pos].tolist(), pv.tolist()):
+                for k, v in zip([key_list[i] for i in pos], pv.tolist()):
                     for h in self._hooks:
                         h.on_update(self._name, k, v)
             self._cond.notify_all()
@@ -606,7 +618,7 @@ class Table:
 
     def delete(self, keys: Sequence[int] | np.ndarray) -> int:
         """Deletes items; unknown keys are ignored. Returns the number deleted."""
-        key_list = np.asarray(keys).astype(np.uint64, copy=False).reshape(-1).tolist()
+        key_list = _key_list(keys)
         with self._cond:
             self._check_open()
             n = 0
