@@ -148,11 +148,10 @@ class ColumnChunker:
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
         arr = value if type(value) in _FAST_TYPES else to_array(value)
-        if arr.dtype != self.dtype or arr.shape != self.shape:
-            if self.dtype is None:
-                self._first_value(arr)
-            else:
-                raise self._spec_error(np.asarray(arr))
+        if self.dtype is None:
+            self._first_value(arr)
+        elif arr.dtype != self.dtype or arr.shape != self.shape:
+            raise self._spec_error(np.asarray(arr))
         n = self._n
         if n >= self._rows or self._episode != episode_id or self._chunk is None:
             self._start_chunk(episode_id)

@@ -1,0 +1,320 @@
+"""TrajectoryWriter tests (after Reverb's trajectory_writer_test.py), against a real server."""
+
+import numpy as np
+import pytest
+
+import ostinato as reverb
+from ostinato import errors
+
+
+@pytest.fixture()
+def client(make_server):
+    server = make_server(
+        reverb.Table.queue("queue", 100),
+        reverb.Table("uniform", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
+                     reverb.rate_limiters.MinSize(1)),
+        reverb.Table.queue("tiny", 1),
+    )
+    return server.localhost_client()
+
+
+def _drain(client, table, n):
+    return [s.data for s in client.sample(table, n, emit_timesteps=False)]
+
+
+def test_history_requires_append_first(client):
+    w = client.trajectory_writer(2)
+    with pytest.raises(RuntimeError, match="before `append`"):
+        _ = w.history
+
+
+def test_history_flat_data(client):
+    w = client.trajectory_writer(10)
+    for i in range(3):
+        w.append(np.int64(i))
+    assert [r.numpy() for r in w.history] == [0, 1, 2]
+    assert w.history[:].numpy().tolist() == [0, 1, 2]
+
+
+def test_history_structured_with_new_fields(client):
+    w = client.trajectory_writer(10)
+    w.append({"x": np.int64(1)})
+    w.append({"y": np.float32(2)})
+    w.append({"x": np.int64(3), "z": np.int32(4)})
+    h = w.history
+    assert set(h) == {"x", "y", "z"}
+    assert [None if r is None else int(r.numpy()) for r in h["x"]] == [1, None, 3]
+    assert [r is None for r in h["y"]] == [True, False, True]
+    assert [r is None for r in h["z"]] == [True, True, False]
+    assert h["x"]._path == ("x",)
+
+
+@pytest.mark.parametrize("first,second", [
+    ((np.int64(1),), (np.int64(1), np.int64(2))),
+    ([np.int64(1)], [np.int64(1), np.int64(2)]),
+    ({"a": np.int64(1)}, {"a": np.int64(1), "b": np.int64(2)}),
+])
+def test_append_with_more_fields(client, first, second):
+    w = client.trajectory_writer(5)
+    w.append(first)
+    w.append(second)
+    assert len(w._columns) == 2
+
+
+def test_partial_append_fills_one_step(client):
+    w = client.trajectory_writer(5)
+    w.append({"x": np.int64(1)}, partial_step=True)
+    w.append({"y": np.int64(2)}, partial_step=True)
+    w.append({"z": np.int64(3)})
+    w.append({"x": np.int64(4), "y": np.int64(5), "z": np.int64(6)})
+    assert len(w.history["x"]) == 2
+    assert w.history["y"][0].numpy() == 2 and w.history["z"][1].numpy() == 6
+    assert w.episode_steps == 2
+
+
+def test_columns_must_not_appear_twice_in_a_step(client):
+    w = client.trajectory_writer(5)
+    w.append({"x": np.int64(1), "y": np.int64(1)}, partial_step=True)
+    w.append({"x": None, "y": None}, partial_step=True)  # None is allowed
+    with pytest.raises(ValueError, match=r"Field \('x',\) has already been set in the active step "
+                                         r"by previous \(partial\) append call and thus must be "
+                                         r"omitted or set to None but got: 4"):
+        w.append({"x": 4})
+
+
+def test_create_item_checks_type_of_leaves(client):
+    w = client.trajectory_writer(5)
+    w.append({"x": np.int64(1)})
+    w.create_item("uniform", 1.0, {"x": w.history["x"][0]})
+    with pytest.raises(TypeError, match="TrajectoryColumn"):
+        w.create_item("uniform", 1.0, {"x": np.int64(1)})
+
+
+def test_flush_checks_block_until_num_items(client):
+    w = client.trajectory_writer(5)
+    w.flush(0)
+    w.flush(1)
+    with pytest.raises(ValueError, match="block_until_num_items must be >= 0, got -1"):
+        w.flush(-1)
+
+
+def test_history_indexing(client):
+    w = client.trajectory_writer(10)
+    for v in (1, 2, 3):
+        w.append(np.int64(v))
+    h = w.history
+    assert h[0].numpy() == 1 and h[-1].numpy() == 3
+    assert h[:2].numpy().tolist() == [1, 2]
+    assert h[-2:].numpy().tolist() == [2, 3]
+    assert h[[0, -1]].numpy().tolist() == [1, 3]
+    assert h[[1, 0, 2]].numpy().tolist() == [2, 1, 3]
+    with pytest.raises(TypeError):
+        h["x"]
+
+
+def test_history_slicing_to_len_is_not_empty(client):
+    """Reverb bug §4.2.4: h[i:len(h)] was empty and h[len(h)] returned the oldest step."""
+    w = client.trajectory_writer(10)
+    for v in range(4):
+        w.append(np.int64(v))
+    h = w.history
+    assert h[1:len(h)].numpy().tolist() == [1, 2, 3]
+    assert h[0:len(h):2].numpy().tolist() == [0, 2]
+    with pytest.raises(IndexError):
+        h[len(h)]
+
+
+def test_old_steps_are_none(client):
+    w = client.trajectory_writer(2)
+    for v in range(5):
+        w.append(np.int64(v))
+    h = w.history
+    assert len(h) == 5
+    with pytest.raises(ValueError, match="cannot contain any None"):
+        h[0]
+    with pytest.raises(ValueError, match="cannot contain any None"):
+        h[:]
+    assert h[-2:].numpy().tolist() == [3, 4]
+
+
+def test_configure_validates(client):
+    w = client.trajectory_writer(5)
+    for n, m in [(1, None), (1, 1), (5, 5)]:
+        w.configure(("x",), num_keep_alive_refs=n, max_chunk_length=m)
+    for n, m in [(0, None), (-1, None), (1, 0), (1, -1), (4, 5)]:
+        with pytest.raises(ValueError):
+            w.configure(("x",), num_keep_alive_refs=n, max_chunk_length=m)
+
+
+def test_configure_unseen_column_applies_later(client):
+    w = client.trajectory_writer(2)
+    w.configure(("z",), num_keep_alive_refs=4, max_chunk_length=3)
+    w.append({"x": np.int64(1)})
+    w.append({"x": np.int64(2), "z": np.int64(3)})
+    col = w._path_to_column[("z",)]
+    assert col.chunker.num_keep_alive_refs == 4 and col.chunker.max_chunk_length == 3
+    assert w.max_num_keep_alive_refs == 4
+
+
+def test_episode_steps(client):
+    w = client.trajectory_writer(2)
+    for episode in range(3):
+        assert w.episode_steps == 0
+        for i in range(1, 4):
+            w.append({"x": np.int64(i)})
+            assert w.episode_steps == i
+        w.end_episode(clear_buffers=episode % 2 == 0)
+    w.append({"x": np.int64(1)}, partial_step=True)
+    assert w.episode_steps == 0
+    w.append({"y": np.int64(1)})
+    assert w.episode_steps == 1
+
+
+def test_exit_flushes_unless_reverb_error(client):
+    w = client.trajectory_writer(1)
+    with pytest.raises(errors.DeadlineExceededError):
+        with w:
+            w.append({"x": np.int64(1)})
+            for _ in range(3):
+                w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+            raise errors.DeadlineExceededError("boom")  # __exit__ must not block on flush
+    assert w.num_pending_items == 2
+    w.close()
+
+
+def test_timeout_on_flush(client):
+    w = client.trajectory_writer(1)
+    with pytest.raises(reverb.DeadlineExceededError, match="Flush call did not complete"):
+        for i in range(4):
+            w.append({"x": np.int64(i)})
+            w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+            w.flush(timeout_ms=1)
+    w.close()
+
+
+def test_timeout_on_end_episode_still_starts_new_episode(client):
+    """Reverb bug §4.3.2: a timed-out end_episode did not reset the episode."""
+    w = client.trajectory_writer(1)
+    w.append({"x": np.int64(0)})
+    w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+    w.append({"x": np.int64(1)})
+    w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+    with pytest.raises(reverb.DeadlineExceededError, match="End episode call"):
+        w.end_episode(clear_buffers=True, timeout_ms=0)
+    assert w.episode_steps == 0 and len(w.history["x"]) == 0
+    # The pending item is still delivered once there is room.
+    assert _drain(client, "tiny", 1)[0][0] == 0
+    w.flush(timeout_ms=2000)
+    assert _drain(client, "tiny", 1)[0][0] == 1
+    w.close()
+
+
+def test_flush_timeout_zero_means_now(client):
+    """Reverb bug §4.3.1: flush(timeout_ms=0) waited forever while end_episode(0) did not."""
+    w = client.trajectory_writer(1)
+    for i in range(2):
+        w.append({"x": np.int64(i)})
+        w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+    with pytest.raises(reverb.DeadlineExceededError):
+        w.flush(timeout_ms=0)
+    w.close()
+
+
+def test_dtype_of_columns_are_validated(client):
+    w = client.trajectory_writer(5)
+    w.append({"scalar": np.int64(1), "nest": {"sub": 1.0, "sub_list": [np.int64(1), np.float32(1)]}})
+    with pytest.raises(ValueError, match=r"column \('scalar',\)\. Got double but expected int64\."):
+        w.append({"scalar": 1.0, "nest": {"sub": 1.0, "sub_list": [np.int64(1), np.float32(1)]}})
+    with pytest.raises(ValueError, match=r"column \('nest', 'sub'\)\. Got int64 but expected double\."):
+        w.append({"scalar": np.int64(1), "nest": {"sub": 1, "sub_list": [np.int64(1), np.float32(1)]}})
+    with pytest.raises(ValueError, match=r"column \('nest', 'sub_list', 1\)"):
+        w.append({"scalar": np.int64(1), "nest": {"sub": 1.0, "sub_list": [np.int64(1), 1.0]}})
+
+
+def test_shapes_of_columns_are_validated(client):
+    w = client.trajectory_writer(5)
+    w.append({"a": np.int64(1), "b": np.zeros(2), "c": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"Got \[2\] which is incompatible with \[\]"):
+        w.append({"a": np.zeros(2, np.int64)})
+    with pytest.raises(ValueError, match=r"Got \[1,2\] which is incompatible with \[2\]"):
+        w.append({"b": np.zeros((1, 2))})
+    with pytest.raises(ValueError, match=r"Got \[10\] which is incompatible with \[3\]"):
+        w.append({"c": np.zeros(10)})
+
+
+def test_trajectory_column_numpy_and_shape(client):
+    w = client.trajectory_writer(10)
+    for i in range(5):
+        w.append({"a": np.int64(i), "b": np.full((3, 4, 2), i, np.float32)})
+        col = w.history["a"][:]
+        np.testing.assert_array_equal(col.numpy(), np.arange(i + 1))
+        assert w.history["a"][-1].numpy() == i
+        assert w.history["b"][:].shape == (i + 1, 3, 4, 2)
+        assert w.history["b"][-1].shape == (3, 4, 2)
+        assert w.history["b"][:].dtype == np.float32
+
+
+def test_trajectory_column_validation(client):
+    w = client.trajectory_writer(10)
+    w.append({"a": np.int64(1)})
+    ref = list(w.history["a"])[0]
+    reverb.TrajectoryColumn([ref], squeeze=True)
+    with pytest.raises(ValueError, match="exactly one data reference"):
+        reverb.TrajectoryColumn([], squeeze=True)
+    with pytest.raises(ValueError, match="exactly one data reference"):
+        reverb.TrajectoryColumn([ref, ref], squeeze=True)
+    with pytest.raises(ValueError, match="cannot contain any None"):
+        reverb.TrajectoryColumn([ref, None])
+    for i in range(1, 4):
+        assert len(reverb.TrajectoryColumn([ref] * i)) == i
+
+
+def test_empty_column_is_rejected_not_crashing(client):
+    """Reverb bug §4.2.3: an empty column next to non-empty ones segfaulted."""
+    w = client.trajectory_writer(5)
+    w.append({"a": np.int64(1), "b": np.int64(2)})
+    with pytest.raises(ValueError, match="empty"):
+        w.create_item("uniform", 1.0, {"a": w.history["a"][:], "b": w.history["b"][5:]})
+
+
+def test_expired_refs_are_rejected(client):
+    w = client.trajectory_writer(1)
+    w.append({"a": np.int64(1)})
+    col = w.history["a"][-1]
+    w.append({"a": np.int64(2)})
+    with pytest.raises(ValueError, match="expired"):
+        w.create_item("uniform", 1.0, {"a": col})
+    with pytest.raises(RuntimeError, match="expired"):
+        col.numpy()
+
+
+def test_items_sampled_back_exactly(client):
+    w = client.trajectory_writer(5, max_chunk_length=4)
+    for i in range(10):
+        w.append({"obs": np.full(2, i, np.float32), "act": np.int32(i)})
+        if i >= 4:
+            w.create_item("queue", 1.0, {"obs": w.history["obs"][-5:],
+                                         "act": w.history["act"][[-1, -3]]})
+    w.flush()
+    for i, (act, obs) in enumerate(_drain(client, "queue", 6)):  # dict keys sorted
+        assert obs[:, 0].tolist() == list(range(i, i + 5))
+        assert act.tolist() == [i + 4, i + 2]
+
+
+def test_closed_writer_raises(client):
+    w = client.trajectory_writer(1)
+    w.close()
+    with pytest.raises(RuntimeError, match="Close has been called"):
+        w.append({"a": 1})
+
+
+def test_writer_blocks_instead_of_growing_without_bound(client):
+    w = client.trajectory_writer(1, max_pending_items=3)
+    for i in range(4):
+        w.append({"x": np.int64(i)})
+        w.create_item("tiny", 1.0, {"x": w.history["x"][-1]})
+    w.append({"x": np.int64(9)})
+    with pytest.raises(reverb.DeadlineExceededError, match="pending"):
+        w.create_item("tiny", 1.0, {"x": w.history["x"][-1]}, timeout_ms=50)
+    assert w.num_pending_items == 3
+    w.close()
