@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import importlib.metadata
+import os
+import sys
 
 from common import (
     ALPHA,
@@ -22,6 +24,12 @@ from common import (
 
 def main() -> None:
     import torch
+
+    # The torchrl wheels on PyPI are built against a newer torch than the 2.13.0 wheel used
+    # here; their C++ segment-tree extension then fails to load because of autograd symbols
+    # that the segment trees never call. Binding lazily loads the same binary code; a call
+    # into a missing symbol would abort the process, so a completed run measured real code.
+    sys.setdlopenflags(os.RTLD_LAZY | os.RTLD_LOCAL)
     from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, ReplayBuffer
     from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
