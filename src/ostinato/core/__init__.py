@@ -39,4 +39,5 @@ __all__ = [
     "SumTree",
     "Table",
     "TableExtension",
+    "Uniform",
 ]

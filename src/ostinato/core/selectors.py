@@ -24,7 +24,6 @@ import numpy as np
 from ostinato.core.sum_tree import SumTree
 from ostinato.types import HeapOptions, KeyDistributionOptions, PrioritizedOptions
 
-
 _MINUS_ONES = array.array("q", [-1]) * 1024
 
 

@@ -65,5 +65,5 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def checkpoint(self, deadline: Deadline) -> str: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Releases connections; the in-process transport has none."""
