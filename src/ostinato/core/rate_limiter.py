@@ -196,7 +196,7 @@ class SampleToInsertRatio(RateLimiter):
             max_diff = offset + error_buffer
         else:
             try:
-                min_diff, max_diff = error_buffer
+                min_diff, max_diff = error_buffer  # type: ignore[misc]
             except (TypeError, ValueError) as e:
                 raise ValueError(
                     f"error_buffer ({error_buffer!r}) must be a number or a (min_diff, max_diff) pair"
