@@ -149,10 +149,14 @@ def make_server(reverb, tables):
 
 
 def stop_server(server) -> None:
+    t0 = time.perf_counter()
     try:
         server.stop()
     except Exception as e:  # pragma: no cover
         log(f"server.stop() failed: {e!r}")
+    dt = time.perf_counter() - t0
+    if dt > 1.0:
+        log(f"  (server.stop() took {dt:.1f} s)")
 
 
 def uniform_table(reverb, name="uniform", max_size=TABLE_MAX_SIZE):

@@ -207,9 +207,17 @@ class Client:
             sizes = batch.table_sizes.tolist()
             prios = batch.priorities.tolist()
             times = batch.times_sampled.tolist()
+            try:
+                # One vectorised gather for the whole request; items are views of it.
+                stacked: list[np.ndarray] | None = stack_batch(batch)
+            except ValueError:
+                stacked = None  # items of different shapes: decode one by one
             for i, (traj, sq) in enumerate(zip(batch.trajectories, batch.squeeze)):
                 info = SampleInfo(keys[i], probs[i], sizes[i], prios[i], times[i])
-                cols = item_columns(traj, sq)
+                if stacked is not None:
+                    cols = [c[i, ...] for c in stacked]
+                else:
+                    cols = item_columns(traj, sq)
                 if not emit_timesteps:
                     data = cols if structure is None else optree.tree_unflatten(structure, cols)
                     yield ReplaySample(info, data)

@@ -52,24 +52,9 @@ def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
         return []
     first = trajs[0]
     sq0 = batch.squeeze[0]
-    if type(first[0]) is Chunk and all(type(t[0]) is Chunk and len(t) == len(first) for t in trajs) \
-            and all(s is sq0 for s in batch.squeeze):
-        cols = []
-        for i in range(0, len(first), 3):
-            lengths = {t[i + 2] for t in trajs}
-            if len(lengths) != 1:
-                raise ValueError(
-                    f"cannot stack column {i // 3}: sampled items have lengths {sorted(lengths)}")
-            n = lengths.pop()
-            if sq0[i // 3]:
-                rows = [t[i].data[t[i + 1]] for t in trajs]
-            else:
-                rows = [t[i].data[t[i + 1]:t[i + 1] + n] for t in trajs]
-            try:
-                cols.append(np.stack(rows))
-            except ValueError as e:
-                raise ValueError(f"cannot stack column {i // 3} of the sampled items: {e}") from None
-        return cols
+    if type(first[0]) is Chunk and all(s is sq0 for s in batch.squeeze) \
+            and all(type(t[0]) is Chunk and len(t) == len(first) for t in trajs):
+        return [_stack_flat_column(trajs, i, sq0[i // 3]) for i in range(0, len(first), 3)]
     per_item = [item_columns(t, s, copy=False) for t, s in zip(trajs, batch.squeeze)]
     ncols = {len(c) for c in per_item}
     if len(ncols) != 1:
@@ -83,3 +68,41 @@ def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
     return out
 
 
+
+
+def _stack_flat_column(trajs: list[Packed], i: int, squeeze: bool) -> np.ndarray:
+    """Gathers column ``i // 3`` of items whose columns are single slices into one array."""
+    b = len(trajs)
+    datas = [t[i].data for t in trajs]
+    offsets = [t[i + 1] for t in trajs]
+    lengths = {t[i + 2] for t in trajs}
+    if len(lengths) != 1:
+        raise ValueError(f"cannot stack column {i // 3}: sampled items have lengths {sorted(lengths)}")
+    n = lengths.pop()
+    distinct = {id(d): d for d in datas}
+    if any(not isinstance(d, np.ndarray) for d in distinct.values()):
+        for t in trajs:
+            if not isinstance(t[i].data, np.ndarray):
+                t[i].data = t[i].data.decode()
+        datas = [t[i].data for t in trajs]
+        distinct = {id(d): d for d in datas}
+    first = next(iter(distinct.values()))
+    dtype, row_shape = first.dtype, first.shape[1:]
+    for d in distinct.values():
+        if d.dtype != dtype or d.shape[1:] != row_shape:
+            raise ValueError(
+                f"cannot stack column {i // 3} of the sampled items: rows of shape "
+                f"{row_shape} {dtype} and {d.shape[1:]} {d.dtype}")
+    if squeeze:
+        if n != 1:
+            raise ValueError(f"Tried to squeeze column with batch size {n}")
+        if not row_shape:
+            return np.fromiter([d[o] for d, o in zip(datas, offsets)], dtype, b)
+        out = np.empty((b, *row_shape), dtype)
+        for j, (d, o) in enumerate(zip(datas, offsets)):
+            out[j] = d[o]
+        return out
+    out = np.empty((b, n, *row_shape), dtype)
+    for j, (d, o) in enumerate(zip(datas, offsets)):
+        out[j] = d[o:o + n]
+    return out

@@ -35,7 +35,7 @@ PRIORITIZED_PRIORITY = st.one_of(
 )
 
 # Fixed generation (derandomize) and no example database: runs are reproducible.
-STATEFUL = settings(max_examples=80, stateful_step_count=50, deadline=None, derandomize=True,
+STATEFUL = settings(max_examples=60, stateful_step_count=40, deadline=None, derandomize=True,
                     database=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -24,6 +24,8 @@ class SumTree:
         self._depth = cap.bit_length() - 1
         self._arr = array.array("d", bytes(16 * cap))  # scalar access is fastest on array.array
         self._tree = np.frombuffer(self._arr, dtype=np.float64)
+        self._shifts = np.arange(1, self._depth + 1, dtype=np.int64)[:, None]
+        self._drift = 0
 
     @property
     def capacity(self) -> int:
@@ -42,10 +44,12 @@ class SumTree:
         self._depth = cap.bit_length() - 1
         self._arr = array.array("d", bytes(16 * cap))
         self._tree = np.frombuffer(self._arr, dtype=np.float64)
+        self._shifts = np.arange(1, self._depth + 1, dtype=np.int64)[:, None]
         self._tree[cap:cap + len(leaves)] = leaves
         self._rebuild()
 
     def _rebuild(self) -> None:
+        self._drift = 0
         t = self._tree
         n = self._cap
         while n > 1:
@@ -67,27 +71,39 @@ class SumTree:
         i = self._cap + slot
         t[i] = value
         i >>= 1
+        # Recomputed from children: exact, so scalar updates never add drift.
         while i:
             j = i << 1
             t[i] = t[j] + t[j + 1]
             i >>= 1
 
     def set_many(self, slots: np.ndarray, values: np.ndarray) -> None:
-        """Sets many leaves (last write wins for repeated slots) and fixes ancestors level by level."""
+        """Sets many leaves (the last value wins for a repeated slot).
+
+        Ancestors are adjusted by the change of their leaves in one vectorised ``add.at``; to
+        keep rounding errors from accumulating the whole tree is recomputed exactly once the
+        number of such adjusted leaves exceeds the capacity (amortised O(1) per leaf).
+        """
         if len(slots) == 0:
             return
+        slots = np.asarray(slots, dtype=np.int64)
         top = int(slots.max())
         if top >= self._cap:
             self._grow(top + 1)
+        values = np.asarray(values, dtype=np.float64)
+        leaf = slots + self._cap
+        if len(leaf) > 1:
+            rev = leaf[::-1]
+            leaf, first = np.unique(rev, return_index=True)
+            values = values[::-1][first]
         t = self._tree
-        idx = slots.astype(np.int64) + self._cap
-        t[idx] = values
-        idx = np.unique(idx >> 1)
-        while True:
-            t[idx] = t[2 * idx] + t[2 * idx + 1]
-            if idx[0] <= 1:
-                break
-            idx = np.unique(idx >> 1)
+        delta = values - t[leaf]
+        t[leaf] = values
+        anc = leaf >> self._shifts
+        np.add.at(t, anc.ravel(), np.broadcast_to(delta, anc.shape).ravel())
+        self._drift += len(leaf)
+        if self._drift > self._cap:
+            self._rebuild()
 
     def clear(self) -> None:
         self._tree[:] = 0.0

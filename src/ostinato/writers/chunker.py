@@ -82,6 +82,9 @@ class CellRef:
         return f"CellRef(chunk={self.chunk.key}, offset={self.offset}, step={self.step}, expired={self.expired})"
 
 
+_new_ref = object.__new__
+
+
 class ColumnChunker:
     """Writes the values of one column into chunks.
 
@@ -135,6 +138,7 @@ class ColumnChunker:
         self._chunk = None
         self._buf = None
         self._n = 0
+        self._episode = None  # forces the slow path (a new chunk) on the next append
 
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
@@ -148,22 +152,32 @@ class ColumnChunker:
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
         arr = value if type(value) in _FAST_TYPES else to_array(value)
-        if self.dtype is None:
-            self._first_value(arr)
-        elif arr.dtype != self.dtype or arr.shape != self.shape:
-            raise self._spec_error(np.asarray(arr))
+        if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
+                or self._episode != episode_id:
+            self._slow_path(arr, episode_id)
         n = self._n
-        if n >= self._rows or self._episode != episode_id or self._chunk is None:
-            self._start_chunk(episode_id)
-            n = 0
         self._buf[n] = arr  # type: ignore[index]
         self._n = n + 1
-        ref = CellRef(self._chunk, n, self, step)  # type: ignore[arg-type]
+        ref = _new_ref(CellRef)
+        ref.chunk = self._chunk
+        ref.offset = n
+        ref.chunker = self
+        ref.step = step
+        ref.expired = False
         live = self._live
         if len(live) >= self.num_keep_alive_refs:
             live.popleft().expired = True
         live.append(ref)
         return ref
+
+    def _slow_path(self, arr: np.ndarray, episode_id: int) -> None:
+        """First value, a dtype/shape error, a full chunk or a new episode."""
+        if self.dtype is None:
+            self._first_value(arr)
+        elif arr.dtype != self.dtype or arr.shape != self.shape:
+            raise self._spec_error(np.asarray(arr))
+        if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
+            self._start_chunk(episode_id)
 
     def end_episode(self, clear_buffers: bool) -> None:
         """Closes the current chunk; with ``clear_buffers`` every live ref expires."""

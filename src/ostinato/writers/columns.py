@@ -80,6 +80,9 @@ class TrajectoryColumn:
         return f"TrajectoryColumn(len={len(self._refs)}, squeeze={self._squeeze}, path={self._path})"
 
 
+_new_column = object.__new__
+
+
 class ColumnHistory:
     """The refs of one column over the current episode (``writer.history[path]``).
 
@@ -143,6 +146,17 @@ class ColumnHistory:
         return i
 
     def __getitem__(self, index: Any) -> TrajectoryColumn:
+        if type(index) is int and index < 0:
+            # Fast path for the common ``h[-k]``.
+            buf = self._buf
+            if -index <= len(buf):
+                ref = buf[index]
+                if ref is not None:
+                    col = _new_column(TrajectoryColumn)
+                    col._refs = (ref,)
+                    col._squeeze = True
+                    col._path = self._path
+                    return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)

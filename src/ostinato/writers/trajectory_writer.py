@@ -141,9 +141,11 @@ class TrajectoryWriter:
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False
+        self._set_in_step: list[_Column] = []
         self._closed = False
         self._table_cache: dict[str, Any] = {}
         self._validated: set[tuple[Any, ...]] = set()
+        self._trivially_valid: set[str] = set()
         # Delivery of items the rate limiter did not admit at once.
         self._pending: deque[tuple[str, tuple[Any, ...]]] = deque()
         self._cv = threading.Condition()
@@ -243,31 +245,34 @@ class TrajectoryWriter:
                         f"(partial) append call and thus must be omitted or set to None but got: {value}")
             for value, col in zip(leaves, cols):
                 if value is not None:
-                    col.history.set_last(self._chunk_append(col, value, episode, step))
+                    col.history.set_last(col.chunker.append(value, episode, step))
                     col.set_in_step = True
+                    self._set_in_step.append(col)
         else:
             for value, col in zip(leaves, cols):
                 if value is None:
                     col.history.append(None)
                 else:
                     col.history.append(col.chunker.append(value, episode, step))
-                    col.set_in_step = True
             if len(cols) != len(self._columns):
                 seen = {id(c) for c in cols}
                 for col in self._columns:
                     if id(col) not in seen:
                         col.history.append(None)
+            if partial_step:
+                for value, col in zip(leaves, cols):
+                    if value is not None:
+                        col.set_in_step = True
+                        self._set_in_step.append(col)
         if partial_step:
             self._step_open = True
         else:
             self._step_open = False
             self._episode_steps = step + 1
-            for col in cols:
-                col.set_in_step = False
-
-    @staticmethod
-    def _chunk_append(col: _Column, value: Any, episode: int, step: int) -> Any:
-        return col.chunker.append(value, episode, step)
+            if self._set_in_step:
+                for col in self._set_in_step:
+                    col.set_in_step = False
+                self._set_in_step.clear()
 
     # -- items --------------------------------------------------------------------------------------
     def create_item(self, table: str, priority: float, trajectory: Any, *,
@@ -332,7 +337,7 @@ class TrajectoryWriter:
         if not cols:
             raise ValueError("trajectory must not be empty.")
         sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
-        if self._validate:
+        if self._validate and (table not in self._trivially_valid or priority < 0):
             self._validate_item(table, priority, cols, sq)
         if flat:
             trajectory_packed = tuple(packed)
@@ -359,6 +364,7 @@ class TrajectoryWriter:
                 "Prioritized selector).")
         sig = meta.flat_signature
         if sig is None:
+            self._trivially_valid.add(table)  # exists, no signature: only priorities to check
             return
         key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))
         if key in self._validated:
@@ -491,6 +497,7 @@ class TrajectoryWriter:
             if clear_buffers:
                 col.history.reset()
             col.set_in_step = False
+        self._set_in_step.clear()
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False

@@ -1,18 +1,22 @@
 """A wide sum/min tree held on a torch device, read and written a whole batch at a time.
 
 Binary trees need ``log2(capacity)`` dependent steps per descent (19 for 500k slots); on a
-GPU each step is a kernel launch and on a CPU each is an eager op, so depth is what costs.
-This tree has fanout ``K`` (at most 128) and depth ``L = ceil(log_128 capacity)`` (3 for
-500k), and handles the whole batch in every step:
+GPU each step is a kernel launch and on a CPU an eager op, so depth is what costs. This tree
+has fanout ``K <= 128`` and depth ``L = ceil(log_128(capacity))`` (``K = 80, L = 3`` for
+500k), and every step serves the whole batch:
 
-* descent: per level, gather the ``K`` children of each query's node, prefix-sum them and
-  ``searchsorted`` the query mass: ~8 ops a level, none on the host;
-* update: write the leaves, then recompute each touched parent as the sum (and min) of its
-  children, level by level. Parents are recomputed, never adjusted by deltas, so rounding
-  does not accumulate.
+* Each level stores, per node, the *prefix sums* of its ``K`` children with a leading zero
+  (rows of ``K + 1``), so a descent step is: gather each query's row, ``searchsorted`` its
+  mass, subtract the prefix before the chosen child. A child whose value is zero has the
+  same prefix as its left neighbour and can never be chosen while the mass is positive.
+* An update writes leaves and recomputes each touched block's prefix row from its children
+  (never by adding deltas, so rounding does not accumulate), level by level.
+* Contiguous writes (inserts) only write leaves and mark the range dirty on the host; the
+  parents are rebuilt for the whole range on the next read. A single-row insert therefore
+  costs one small copy, and a burst of inserts one rebuild.
 
 Empty and zero-priority leaves hold sum 0 and min ``+inf``: the min tree is the minimum over
-positive leaves, which is what importance weights normalise by.
+positive leaves, which is what importance weights are normalised by.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ MAX_FANOUT = 128
 
 
 def tree_shape(capacity: int, max_fanout: int = MAX_FANOUT) -> tuple[int, int]:
-    """Returns ``(fanout, depth)`` with ``fanout ** depth >= capacity``, depth minimal."""
+    """Returns ``(fanout, depth)`` with ``fanout ** depth >= capacity`` and depth minimal."""
     capacity = positive_int("capacity", capacity)
-    depth = max(1, math.ceil(math.log(capacity) / math.log(max_fanout) - 1e-12))
+    max_fanout = max(2, positive_int("max_fanout", max_fanout))
+    depth = 1
+    while max_fanout**depth < capacity:
+        depth += 1
     fanout = max(2, math.ceil(capacity ** (1.0 / depth) - 1e-9))
     while fanout**depth < capacity:
         fanout += 1
@@ -43,8 +50,9 @@ class SumMinTree:
     Args:
         capacity: Number of leaves.
         device: Where the trees live (already resolved).
-        dtype: Floating dtype of the trees; float64 by default so that sums over millions
-            of leaves keep small priorities distinguishable.
+        dtype: Floating dtype; float64 by default so that sums over millions of leaves keep
+            small priorities distinguishable.
+        max_fanout: Upper bound on the fanout (tuning knob; the default suits CPU and GPU).
 
     Example:
         >>> tree = SumMinTree(5, torch.device("cpu"))
@@ -53,45 +61,67 @@ class SumMinTree:
         (4.0, [0, 3])
     """
 
-    def __init__(self, capacity: int, device: torch.device, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        capacity: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float64,
+        max_fanout: int = MAX_FANOUT,
+    ) -> None:
         self.capacity = positive_int("capacity", capacity)
         if not dtype.is_floating_point:
             raise TypeError(f"dtype ({dtype}) must be a floating dtype")
         self.device, self.dtype = device, dtype
-        self.fanout, self.depth = tree_shape(self.capacity)
-        k, n_leaves = self.fanout, self.fanout**self.depth
+        self.fanout, self.depth = k, depth = tree_shape(self.capacity, max_fanout)
+        n_leaves = k**depth
         # One spare leaf past the end absorbs writes that must be dropped (stale indices,
         # superseded duplicates) without a data-dependent branch.
         self.trash = n_leaves
-        self._sum_leaves = torch.zeros(n_leaves + 1, dtype=dtype, device=device)
+        self._leaves = torch.zeros(n_leaves + 1, dtype=dtype, device=device)
         self._min_leaves = torch.full((n_leaves + 1,), math.inf, dtype=dtype, device=device)
-        # sums[h] has k ** (depth - h) entries; sums[0] are the leaves, sums[-1] the root's
-        # children. Same for mins.
-        self.sums = [self._sum_leaves[:n_leaves]]
-        self.mins = [self._min_leaves[:n_leaves]]
-        for h in range(1, self.depth):
-            size = k ** (self.depth - h)
-            self.sums.append(torch.zeros(size, dtype=dtype, device=device))
-            self.mins.append(torch.full((size,), math.inf, dtype=dtype, device=device))
+        self.leaf_values = self._leaves[:n_leaves]
+        # prefix[h]: one row per node at height h + 1, holding [0, cumsum(children)].
+        self.prefix = [
+            torch.zeros((k ** (depth - 1 - h), k + 1), dtype=dtype, device=device)
+            for h in range(depth)
+        ]
+        # children[h]: (nodes at height h + 1, k) view of the values of height h.
+        self.children = [self.leaf_values.view(-1, k)]
+        for h in range(1, depth):
+            below = self.prefix[h - 1]
+            self.children.append(
+                below.as_strided(
+                    (below.shape[0] // k, k), (k * (k + 1), k + 1), below.storage_offset() + k
+                )
+            )
+        # mins[h]: values at height h (mins[0] are the leaves).
+        self.mins = [self._min_leaves[:n_leaves]] + [
+            torch.full((k ** (depth - h),), math.inf, dtype=dtype, device=device)
+            for h in range(1, depth)
+        ]
         self._last_pos = torch.zeros(n_leaves + 1, dtype=torch.long, device=device)
         self._tiny = torch.finfo(dtype).tiny
+        self._dirty: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ reads
     def total(self) -> torch.Tensor:
         """Sum of all leaves (a 0-d device tensor)."""
-        return self.sums[-1].sum()
+        self.flush()
+        return self.prefix[-1][0, self.fanout]
 
     def min(self) -> torch.Tensor:
         """Minimum over positive leaves, ``+inf`` if there is none (a 0-d device tensor)."""
-        return self.mins[-1].min()
+        self.flush()
+        return self.mins[-1][: self.fanout].min()
 
     def leaves(self, index: torch.Tensor) -> torch.Tensor:
         """Values of the leaves at ``index``."""
-        return self.sums[0].index_select(0, index)
+        return self.leaf_values.index_select(0, index)
 
     def find(self, mass: torch.Tensor) -> torch.Tensor:
-        """For each query mass ``m`` in ``(0, total]``, the first leaf whose prefix sum
-        reaches ``m``; zero leaves are never returned while the total is positive.
+        """For each query mass ``m`` in ``(0, total]``, the first leaf whose inclusive prefix
+        sum reaches ``m``. Zero leaves are never returned while the total is positive; with
+        a zero total the result is an arbitrary in-range leaf.
 
         Args:
             mass: 1-D tensor of the tree's dtype.
@@ -99,31 +129,31 @@ class SumMinTree:
         Returns:
             Long tensor of leaf indices.
         """
+        self.flush()
         k = self.fanout
-        top = torch.cumsum(self.sums[-1], 0)
-        # Keep every query strictly inside (0, subtotal] so it lands on a positive child
-        # even when the cumsum and the stored parent differ in the last bit.
-        mass = torch.minimum(mass, top[-1]).clamp_(min=self._tiny)
-        node = torch.searchsorted(top, mass)
+        top = self.prefix[-1][0]
+        mass = torch.minimum(mass, top[k]).clamp_(min=self._tiny)
+        node = torch.searchsorted(top, mass).clamp_(1, k).sub_(1)
         if self.depth == 1:
             return node
-        mass = mass - (top - self.sums[-1]).index_select(0, node)
+        mass = mass - top.index_select(0, node)
         for h in range(self.depth - 2, -1, -1):
-            children = self.sums[h].view(-1, k).index_select(0, node)
-            csum = torch.cumsum(children, 1)
-            mass = torch.minimum(mass, csum[:, -1]).clamp_(min=self._tiny).unsqueeze_(1)
-            j = torch.searchsorted(csum, mass)
+            rows = self.prefix[h].index_select(0, node)
+            mass = torch.minimum(mass, rows[:, k]).unsqueeze_(1)
+            i = torch.searchsorted(rows, mass).clamp_(1, k).sub_(1)
             if h:
-                mass = (mass - (csum - children).gather(1, j)).squeeze_(1)
-            node = j.squeeze_(1).add_(node, alpha=k)
+                mass = mass.sub_(rows.gather(1, i)).squeeze_(1)
+            node = i.squeeze_(1).add_(node, alpha=k)
         return node
 
     # ------------------------------------------------------------------ writes
-    def set(self, index: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None):
+    def set(
+        self, index: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None
+    ) -> None:
         """Sets leaves ``index`` to ``value`` for a whole batch and recomputes their parents.
 
         Duplicated indices resolve to the last occurrence, deterministically on every
-        device. Entries with ``keep`` false are dropped.
+        device. Entries whose ``keep`` is false are dropped.
 
         Args:
             index: Long tensor of leaf indices in ``[0, capacity)``.
@@ -133,6 +163,7 @@ class SumMinTree:
         n = index.shape[0]
         if n == 0:
             return
+        self.flush()
         pos = torch.arange(n, device=index.device)
         last = self._last_pos.scatter_reduce_(0, index, pos, "amax", include_self=False)
         winner = last.index_select(0, index) == pos
@@ -140,49 +171,69 @@ class SumMinTree:
             winner &= keep
         target = torch.where(winner, index, self.trash)
         value = value.to(self.dtype)
-        self._sum_leaves.index_put_((target,), value)
+        self._leaves.index_put_((target,), value)
         self._min_leaves.index_put_((target,), torch.where(value > 0, value, math.inf))
-        self._recompute(index)
+        k = self.fanout
+        node = index
+        for h in range(self.depth):
+            node = torch.div(node, k, rounding_mode="floor")
+            sums = self.children[h].index_select(0, node).cumsum_(1)
+            self.prefix[h][:, 1:].index_copy_(0, node, sums)
+            if h + 1 < self.depth:
+                mins = self.mins[h].view(-1, k).index_select(0, node).amin(1)
+                self.mins[h + 1].index_copy_(0, node, mins)
 
     def set_range(self, start: int, value: torch.Tensor) -> None:
-        """Sets the contiguous leaves ``[start, start + len(value))``; cheaper than :meth:`set`.
+        """Sets the leaves ``[start, start + len(value))``; parents are rebuilt lazily.
 
         Args:
-            start: First leaf (host int).
+            start: First leaf (a host int).
             value: Non-negative values, 1-D (an expanded scalar is fine).
         """
         stop = start + value.shape[0]
-        self.sums[0][start:stop].copy_(value)
-        self.mins[0][start:stop].copy_(torch.where(value > 0, value, math.inf))
-        k = self.fanout
-        lo, hi = start, stop - 1
-        for h in range(1, self.depth):
-            lo, hi = lo // k, hi // k
-            torch.sum(self.sums[h - 1].view(-1, k)[lo : hi + 1], 1, out=self.sums[h][lo : hi + 1])
-            torch.amin(self.mins[h - 1].view(-1, k)[lo : hi + 1], 1, out=self.mins[h][lo : hi + 1])
+        if stop == start:
+            return
+        self.leaf_values[start:stop].copy_(value)
+        dirty = self._dirty
+        if dirty and dirty[-1][1] == start:
+            dirty[-1] = (dirty[-1][0], stop)
+        else:
+            dirty.append((start, stop))
+            if len(dirty) > 4:
+                self._dirty = [(min(a for a, _ in dirty), max(b for _, b in dirty))]
 
-    def _recompute(self, index: torch.Tensor) -> None:
+    def flush(self) -> None:
+        """Rebuilds the parents of leaves written by :meth:`set_range` since the last read."""
+        if not self._dirty:
+            return
         k = self.fanout
-        node = index
-        for h in range(1, self.depth):
-            node = torch.div(node, k, rounding_mode="floor")
-            rows = self.sums[h - 1].view(-1, k).index_select(0, node)
-            self.sums[h].index_copy_(0, node, rows.sum(1))
-            rows = self.mins[h - 1].view(-1, k).index_select(0, node)
-            self.mins[h].index_copy_(0, node, rows.amin(1))
+        for start, stop in self._dirty:
+            values = self.leaf_values[start:stop]
+            self.mins[0][start:stop].copy_(torch.where(values > 0, values, math.inf))
+            lo, hi = start, stop - 1
+            for h in range(self.depth):
+                lo, hi = lo // k, hi // k
+                rows = self.children[h][lo : hi + 1]
+                self.prefix[h][lo : hi + 1, 1:].copy_(rows.cumsum(1))
+                if h + 1 < self.depth:
+                    below = self.mins[h].view(-1, k)[lo : hi + 1]
+                    torch.amin(below, 1, out=self.mins[h + 1][lo : hi + 1])
+        self._dirty = []
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
-        for s, m in zip(self.sums, self.mins):
-            s.zero_()
+        self._dirty = []
+        self._leaves.zero_()
+        self._min_leaves.fill_(math.inf)
+        for p in self.prefix:
+            p.zero_()
+        for m in self.mins[1:]:
             m.fill_(math.inf)
-        self._sum_leaves[-1] = 0
-        self._min_leaves[-1] = math.inf
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Returns the leaves; parents are recomputed on load."""
-        return {"capacity": self.capacity, "leaves": self.sums[0]}
+        """Returns the leaves; parents are rebuilt on load."""
+        return {"capacity": self.capacity, "leaves": self.leaf_values[: self.capacity]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` output and rebuilds the parents.
@@ -196,4 +247,5 @@ class SumMinTree:
             )
         leaves = state["leaves"].to(device=self.device, dtype=self.dtype)
         self.clear()
-        self.set_range(0, leaves[: self.sums[0].shape[0]])
+        self.set_range(0, leaves)
+        self.flush()
