@@ -147,14 +147,15 @@ def test_prioritized_table_follows_priorities_and_updates(exponent):
         counts, infos = _sample_counts(client, "p", n)
         assert counts[4] == 0  # priority 0: never
         _assert_matches(counts, expected, n)
-        key_of = {}
-        for info in infos:
-            for k, pr, prob in zip(info.key.tolist(), info.priority.tolist(),
-                                   info.probability.tolist()):
-                i = prios.index(pr)
-                key_of[i] = k
-                assert prob == pytest.approx(expected[i], rel=1e-9)
+        keys = np.concatenate([info.key for info in infos])
+        reported_prio = np.concatenate([info.priority for info in infos])
+        reported_prob = np.concatenate([info.probability for info in infos])
+        index = np.array([prios.index(p) for p in reported_prio.tolist()])
+        assert np.allclose(reported_prob, np.array([expected[i] for i in range(len(prios))])[index],
+                           rtol=1e-9, atol=0)
+        key_of = dict(zip(index.tolist(), keys.tolist()))
         assert len(key_of) == 5
+        assert len(set(zip(index.tolist(), keys.tolist()))) == 5  # one key per item
 
         # New priorities: reversed order, and the zero-priority item stays unreachable.
         new = {0: 8.0, 1: 4.0, 2: 0.0, 3: 1.0, 5: 2.0}
@@ -165,12 +166,14 @@ def test_prioritized_table_follows_priorities_and_updates(exponent):
         counts, infos = _sample_counts(client, "p", n)
         assert counts[2] == 0 and counts[4] == 0
         _assert_matches(counts, expected, n)
-        for info in infos:
-            for k, prob, pr in zip(info.key.tolist(), info.probability.tolist(),
-                                   info.priority.tolist()):
-                i = [j for j, kk in key_of.items() if kk == k][0]
-                assert pr == now[i]
-                assert prob == pytest.approx(expected[i], rel=1e-9)
+        index_of_key = {k: i for i, k in key_of.items()}
+        keys = np.concatenate([info.key for info in infos])
+        index = np.array([index_of_key[k] for k in keys.tolist()])
+        assert np.array_equal(np.concatenate([info.priority for info in infos]),
+                              np.array(now)[index])
+        assert np.allclose(np.concatenate([info.probability for info in infos]),
+                           np.array([expected[i] for i in range(len(prios))])[index],
+                           rtol=1e-9, atol=0)
 
 
 def test_prioritized_table_all_zero_priorities_is_uniform():
