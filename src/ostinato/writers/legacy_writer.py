@@ -106,16 +106,22 @@ class Writer:
         columns = [_merge_refs(c._refs, i) for i, c in enumerate(cols)]
         w._submit(table, (new_key(), priority, items_lib.pack(columns), sq), None)
 
-    def flush(self) -> None:
-        """Waits until every created item is in its table."""
-        self._writer.flush()
+    def flush(self, *, timeout_ms: int | None = None) -> None:
+        """Waits until every created item is in its table (``timeout_ms``: Ostinato only)."""
+        self._writer.flush(timeout_ms=timeout_ms)
 
-    def close(self, retry_on_unavailable: bool = True) -> None:
-        """Flushes and closes. A second call raises ``ValueError``."""
+    def close(self, retry_on_unavailable: bool = True, *, timeout_ms: int | None = None) -> None:
+        """Flushes and closes. A second call raises ``ValueError``.
+
+        Args:
+          retry_on_unavailable: accepted for compatibility (in-process writes cannot be lost).
+          timeout_ms: (Ostinato only) how long to wait for the flush; items still pending then
+            are dropped with a warning.
+        """
         if self._closed:
             raise ValueError("close() has already been called on Writer.")
         try:
-            self._writer.flush()
+            self._writer.flush(timeout_ms=timeout_ms)
         except errors.ReverbError:
             _log.warning("Writer.close: could not deliver all items", exc_info=True)
         finally:

@@ -132,19 +132,23 @@ class SumMinTree:
         self.flush()
         k = self.fanout
         top = self.prefix[-1][0]
-        mass = torch.minimum(mass, top[k]).clamp_(min=self._tiny)
-        node = torch.searchsorted(top, mass).clamp_(1, k).sub_(1)
+        # The chosen child is the number of interior boundaries below the mass: always in
+        # [0, k), so no clamping, and a boundary equal to the mass (the prefix up to a zero
+        # child) is not counted. Capping the mass at the row total keeps rounding between
+        # levels from pushing a query past the last positive child.
+        mass = torch.minimum(mass.unsqueeze(1), top[k])
+        node = (top[1:k] < mass).sum(1, keepdim=True)
         if self.depth == 1:
-            return node
-        mass = mass - top.index_select(0, node)
+            return node.squeeze_(1)
+        mass = mass - torch.take(top, node)
         for h in range(self.depth - 2, -1, -1):
-            rows = self.prefix[h].index_select(0, node)
-            mass = torch.minimum(mass, rows[:, k]).unsqueeze_(1)
-            i = torch.searchsorted(rows, mass).clamp_(1, k).sub_(1)
+            rows = self.prefix[h].index_select(0, node.squeeze(1))
+            mass = torch.minimum(mass, rows[:, k:])
+            i = (rows[:, 1:k] < mass).sum(1, keepdim=True)
             if h:
-                mass = mass.sub_(rows.gather(1, i)).squeeze_(1)
-            node = i.squeeze_(1).add_(node, alpha=k)
-        return node
+                mass = mass - rows.gather(1, i)
+            node = i.add_(node, alpha=k)
+        return node.squeeze_(1)
 
     # ------------------------------------------------------------------ writes
     def set(
