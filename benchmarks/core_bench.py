@@ -30,6 +30,7 @@ The reverb interpreter used by --compare-reverb is $OSTINATO_REVERB_PYTHON
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import os
@@ -38,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -62,6 +64,8 @@ W5_MIN_SECONDS = 1.0
 W5_MAX_SECONDS = 3.0
 MEM_ITEMS = 200_000
 SETTLE_SECONDS = 1.5
+HANG_DUMP_SECONDS = 90
+REVERB_CHILD_TIMEOUT = 900
 MEM_WARMUP_ITEMS = 1_000
 W1_DATA_BYTES = 8 * 4 + 4 + 4  # obs f32[8] + action i32 + reward f32
 TABLE_MAX_SIZE = 1_000_000
@@ -615,6 +619,8 @@ def run_impl(impl: str, workloads, args) -> dict:
             continue
         log(f"{wl} ({TITLES.get(wl, wl)}) ...")
         t0 = time.perf_counter()
+        # If a workload hangs (seen once with Reverb: ~2 min stall in W5), show where.
+        faulthandler.dump_traceback_later(HANG_DUMP_SECONDS, repeat=False, file=sys.stderr)
         try:
             res = run_mem(impl, args) if wl == "MEM" else WORKLOAD_FUNCS[wl](reverb, args)
         except Exception as e:
@@ -622,6 +628,8 @@ def run_impl(impl: str, workloads, args) -> dict:
             traceback.print_exc(file=sys.stderr)
             out["results"][wl] = {"error": f"{type(e).__name__}: {e}"}
             continue
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         res["median"] = statistics.median(res["values"])
         res["min"], res["max"] = min(res["values"]), max(res["values"])
         for name, extra in res.pop("extra", {}).items():
@@ -747,6 +755,9 @@ def run_reverb_subprocess(workloads, args) -> dict:
         log(f"running reverb side: {' '.join(cmd)}")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         suppressed = 0
+        killer = threading.Timer(REVERB_CHILD_TIMEOUT, proc.kill)
+        killer.daemon = True
+        killer.start()
         assert proc.stderr is not None
         for line in proc.stderr:
             # Reverb/TF native logging is very chatty (e.g. "pending items alarmingly high").
@@ -759,6 +770,7 @@ def run_reverb_subprocess(workloads, args) -> dict:
                 continue
             sys.stderr.write("  (reverb) " + line)
         rc = proc.wait()
+        killer.cancel()
         if suppressed:
             log(f"(suppressed {suppressed} native reverb/TF log lines)")
         if rc != 0:

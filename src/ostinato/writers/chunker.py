@@ -179,6 +179,10 @@ class ColumnChunker:
         if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
             self._start_chunk(episode_id)
 
+    def release_spare_rows(self) -> None:
+        """Closes the chunk being filled (trimming its unused rows); the next value starts a new one."""
+        self._trim_current()
+
     def end_episode(self, clear_buffers: bool) -> None:
         """Closes the current chunk; with ``clear_buffers`` every live ref expires."""
         self._trim_current()

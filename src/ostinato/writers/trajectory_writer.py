@@ -537,6 +537,7 @@ class TrajectoryWriter:
             worker = self._worker
         if worker is not None:
             worker.join(timeout=5)
+        self._release_spare_rows()
         if n:
             _log.warning("TrajectoryWriter closed with %d items not delivered; call flush() "
                          "before close() to deliver them.", n)
@@ -548,6 +549,12 @@ class TrajectoryWriter:
         if exc_type is None or not issubclass(exc_type, errors.ReverbError):
             if not self._closed:
                 self.flush()
+        self._release_spare_rows()
+
+    def _release_spare_rows(self) -> None:
+        """Shrinks partly filled chunks so items do not pin unused preallocated rows."""
+        for col in self._columns:
+            col.chunker.release_spare_rows()
 
     def __repr__(self) -> str:
         return (f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
