@@ -27,7 +27,16 @@ from hypothesis import strategies as st
 
 import ostinato as reverb
 from ostinato import errors
-from ostinato.core import Chunk, Fifo, MinSize, Queue, RateLimiter, SampleToInsertRatio, Table, Uniform
+from ostinato.core import (
+    Chunk,
+    Fifo,
+    MinSize,
+    Queue,
+    RateLimiter,
+    SampleToInsertRatio,
+    Table,
+    Uniform,
+)
 
 MAX = sys.float_info.max
 
@@ -343,10 +352,6 @@ def test_one_rate_limiter_cannot_serve_two_tables():
 
 # -- bugs found (strict xfail: these start passing when the bug is fixed) --------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Table.__init__ attaches the rate limiter (table.py `rate_limiter.attach(name)`) before it "
-    "validates the signature, so a construction that fails leaves the limiter marked as used "
-    "and a corrected retry with the same limiter is refused."))
 def test_failed_table_construction_does_not_consume_the_rate_limiter():
     lim = MinSize(1)
     with pytest.raises(ValueError):
@@ -354,11 +359,6 @@ def test_failed_table_construction_does_not_consume_the_rate_limiter():
     Table("t", Uniform(), Fifo(), 10, lim)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Table.sample takes k = limiter.num_samples_allowed(n) once, before the batch "
-    "(table.py Table.sample / _sample_one_by_one); items deleted by max_times_sampled during the "
-    "batch can take the table below min_size_to_sample, which Reverb's per-sample "
-    "can_sample(1) check forbids."))
 def test_batch_sampling_rechecks_min_size():
     table = Table("t", Uniform(), Fifo(), 100, MinSize(3), max_times_sampled=1)
     assert table.try_insert_many([_item(k) for k in (1, 2, 3)]) == 3
@@ -368,11 +368,6 @@ def test_batch_sampling_rechecks_min_size():
     assert len(table) == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "RateLimiter.num_samples_allowed computes room = inserts*spi - samples - min_diff and "
-    "compares room >= n, while can_sample uses inserts*spi - samples - n >= min_diff (Reverb's "
-    "formula); the two round differently, so Table.sample admits a sample that "
-    "Table.can_sample(1) (and Reverb) refuse (rate_limiter.py num_samples_allowed)."))
 def test_sample_admission_agrees_with_can_sample_under_rounding():
     table = Table("t", Uniform(), Fifo(), 10, RateLimiter(0.7, 1, -0.3, 1e9))
     assert table.try_insert_many([_item(1)]) == 1

@@ -252,15 +252,19 @@ def test_prioritized_rejects_bad_exponent():
             Prioritized(bad)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Prioritized falls back to uniform sampling whenever the weight total is not finite, so "
-    "when finite weights sum to +inf a zero-priority item is sampled (selectors.py "
-    "Prioritized.sample/sample_many: `if total <= 0 or not math.isfinite(total)`)."))
-def test_prioritized_zero_priority_not_sampled_when_weight_sum_overflows():
+def test_prioritized_zero_priority_not_sampled_with_largest_weights():
+    """Weights above MAX_WEIGHT are refused, so the weight sum cannot overflow to inf (which
+    used to make the sampler fall back to uniform and pick zero-priority items)."""
+    from ostinato.core.selectors import MAX_WEIGHT
+
     rng = np.random.default_rng(2)
     sel = Prioritized(1.0)
-    sel.insert(0, 1.5e308)
-    sel.insert(1, 1.5e308)
+    with pytest.raises(ValueError, match="too large"):
+        sel.validate_priority(1.5e308)
+    with pytest.raises(ValueError, match="too large"):
+        Prioritized(2.0).validate_priority(1e200)
+    sel.insert(0, MAX_WEIGHT)
+    sel.insert(1, MAX_WEIGHT)
     sel.insert(2, 0.0)
     slots, _ = sel.sample_many(300, rng)
     assert 2 not in set(slots.tolist())
@@ -384,3 +388,12 @@ def test_sum_tree_grows_and_keeps_values():
     assert tree.capacity >= 5001
     assert tree.total == 13.0
     assert tree.find_many(np.array([0.0, 1.0, 4.9, 5.0, 12.9])).tolist() == [0, 1000, 1000, 5000, 5000]
+
+
+def test_sum_tree_set_many_has_no_cancellation_error():
+    tree = SumTree(1024)
+    tree.set_many(np.array([0, 1, 2]), np.array([1.0, 1.0, 10.0]))
+    tree.set_many(np.array([0]), np.array([1e17]))
+    tree.set_many(np.array([0]), np.array([1.0]))
+    assert tree.total == 12.0
+    assert tree.find(0.5) == 0 and tree.find(1.5) == 1 and tree.find(2.5) == 2

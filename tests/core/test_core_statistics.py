@@ -257,3 +257,20 @@ def test_client_sample_sets_probability_and_table_size():
                 assert info.table_size == i
                 assert info.probability == pytest.approx(1 / i)
                 assert info.priority == 1.0
+
+
+def test_distribution_recovers_after_transient_huge_priority():
+    table = reverb.Table("p", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 100,
+                         reverb.rate_limiters.MinSize(1))
+    _seed(table, 7)
+    with _serve(table) as (_, client):
+        for i, p in enumerate([1.0, 1.0, 10.0]):
+            client.insert(np.int64(i), {"p": p})
+        key0 = int(table.keys()[0])
+        client.update_priorities("p", [key0], [1e17])
+        client.update_priorities("p", [key0], [1.0])
+        n = 20_000
+        counts, infos = _sample_counts(client, "p", n)
+        _assert_matches(counts, {0: 1 / 12, 1: 1 / 12, 2: 10 / 12}, n)
+        probs = np.concatenate([info.probability for info in infos])
+        assert np.all(probs <= 1.0)

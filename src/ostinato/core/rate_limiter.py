@@ -114,12 +114,10 @@ class RateLimiter:
         if self.inserts - self.deletes < self._min_size_to_sample:
             return 0
         room = self.inserts * self._samples_per_insert - self.samples - self._min_diff
-        if room < 1:
+        if room < 1 - 1e-9:
             return 0
-        if room >= limit:
-            return limit
-        n = int(math.floor(room))
-        # Guard against floating point rounding at the boundary.
+        n = limit if room >= limit else int(math.floor(room + 1e-9))
+        # Reverb's exact formula decides at the boundary (rounding can differ from `room`).
         while n > 0 and not self.can_sample(n):
             n -= 1
         return n

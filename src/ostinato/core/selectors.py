@@ -26,6 +26,10 @@ from ostinato.types import HeapOptions, KeyDistributionOptions, PrioritizedOptio
 
 _MINUS_ONES = array.array("q", [-1]) * 1024
 
+#: Largest accepted sampling weight (``priority ** priority_exponent``). Keeping weights below
+#: this bound keeps the sum of up to ~1e8 items finite, so sampling stays proportional.
+MAX_WEIGHT = 1e300
+
 
 def _grow(arr: np.ndarray, need: int, fill: int = -1) -> np.ndarray:
     n = len(arr)
@@ -170,6 +174,14 @@ class Prioritized(ItemSelector):
             raise ValueError("Priority must not be NaN.")
         if priority < 0:
             raise ValueError(f"Priority must not be negative (got {priority}).")
+        try:
+            w = self._weight(priority)
+        except OverflowError:
+            w = math.inf
+        if not w <= MAX_WEIGHT:
+            raise ValueError(
+                f"Priority {priority} is too large: priority ** priority_exponent "
+                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}.")
 
     def validate_priorities(self, priorities: np.ndarray) -> None:
         if np.isnan(priorities).any():
@@ -177,6 +189,13 @@ class Prioritized(ItemSelector):
         if (priorities < 0).any():
             bad = priorities[priorities < 0][0]
             raise ValueError(f"Priority must not be negative (got {bad}).")
+        with np.errstate(over="ignore"):
+            w = self._weights(priorities)
+        if not (w <= MAX_WEIGHT).all():
+            bad = priorities[~(w <= MAX_WEIGHT)][0]
+            raise ValueError(
+                f"Priority {bad} is too large: priority ** priority_exponent "
+                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}.")
 
     def _weight(self, priority: float) -> float:
         return 0.0 if priority == 0 else priority**self._exponent

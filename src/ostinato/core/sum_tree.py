@@ -25,7 +25,6 @@ class SumTree:
         self._arr = array.array("d", bytes(16 * cap))  # scalar access is fastest on array.array
         self._tree = np.frombuffer(self._arr, dtype=np.float64)
         self._shifts = np.arange(1, self._depth + 1, dtype=np.int64)[:, None]
-        self._drift = 0
 
     @property
     def capacity(self) -> int:
@@ -49,7 +48,6 @@ class SumTree:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self._drift = 0
         t = self._tree
         n = self._cap
         while n > 1:
@@ -78,11 +76,10 @@ class SumTree:
             i >>= 1
 
     def set_many(self, slots: np.ndarray, values: np.ndarray) -> None:
-        """Sets many leaves (the last value wins for a repeated slot).
+        """Sets many leaves (the last value wins for a repeated slot) and recomputes ancestors.
 
-        Ancestors are adjusted by the change of their leaves in one vectorised ``add.at``; to
-        keep rounding errors from accumulating the whole tree is recomputed exactly once the
-        number of such adjusted leaves exceeds the capacity (amortised O(1) per leaf).
+        Ancestors are recomputed exactly from their children, level by level for the whole
+        batch (a node listed twice is simply computed twice), so there is no rounding drift.
         """
         if len(slots) == 0:
             return
@@ -91,19 +88,18 @@ class SumTree:
         if top >= self._cap:
             self._grow(top + 1)
         values = np.asarray(values, dtype=np.float64)
+        t = self._tree
         leaf = slots + self._cap
-        if len(leaf) > 1:
+        if len(leaf) > 1 and len(np.unique(leaf)) != len(leaf):
             rev = leaf[::-1]
             leaf, first = np.unique(rev, return_index=True)
             values = values[::-1][first]
-        t = self._tree
-        delta = values - t[leaf]
         t[leaf] = values
-        anc = leaf >> self._shifts
-        np.add.at(t, anc.ravel(), np.broadcast_to(delta, anc.shape).ravel())
-        self._drift += len(leaf)
-        if self._drift > self._cap:
-            self._rebuild()
+        anc = leaf >> self._shifts  # (depth, m): parents, grandparents, ..., root
+        left = anc << 1
+        right = left + 1
+        for lvl in range(self._depth):
+            t[anc[lvl]] = t[left[lvl]] + t[right[lvl]]
 
     def clear(self) -> None:
         self._tree[:] = 0.0

@@ -23,7 +23,7 @@ from ostinato.core.chunk_store import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.extensions import TableExtension
 from ostinato.core.rate_limiter import Queue, RateLimiter, Stack
-from ostinato.core.selectors import Fifo, ItemSelector, Lifo, selector_from_options
+from ostinato.core.selectors import Fifo, ItemSelector, Lifo, Prioritized, selector_from_options
 from ostinato.core.signature import flatten_signature
 from ostinato.types import TableInfo
 
@@ -93,11 +93,11 @@ class Table:
             mts = operator.index(max_times_sampled)
         except TypeError:
             raise ValueError(f"max_times_sampled ({max_times_sampled!r}) must be an integer") from None
-        rate_limiter.attach(name)
         exts: list[TableExtension] = []
         for e in extensions:
             built = e.build_internal_extensions(name) if hasattr(e, "build_internal_extensions") else [e]
             exts.extend(built)
+        flat_signature = flatten_signature(signature if signature else None)
         self._name = name
         self._sampler = sampler
         self._remover = remover
@@ -107,8 +107,10 @@ class Table:
         self._extensions: tuple[Any, ...] = tuple(extensions)
         self._hooks = tuple(exts)
         self._signature = signature if signature else None
-        self._flat_signature = flatten_signature(self._signature)
-        self._reject_negative = any(type(s).__name__ == "Prioritized" for s in (sampler, remover))
+        self._flat_signature = flat_signature
+        self._prioritized = tuple(s for s in (sampler, remover) if isinstance(s, Prioritized))
+        self._reject_negative = bool(self._prioritized)
+        rate_limiter.attach(name)  # last: a table that failed to build does not keep the limiter
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -269,18 +271,22 @@ class Table:
         """Raises ``InvalidArgumentError`` for a priority this table cannot take."""
         if priority != priority:
             raise errors.InvalidArgumentError(f"`priority` must not be nan (table {self._name!r}).")
-        if self._reject_negative and priority < 0:
-            raise errors.InvalidArgumentError(
-                f"Priority must not be negative (got {priority} for table {self._name!r}, "
-                "which uses a Prioritized selector).")
+        for sel in self._prioritized:
+            try:
+                sel.validate_priority(priority)
+            except ValueError as e:
+                raise errors.InvalidArgumentError(
+                    f"{e} (table {self._name!r} uses a Prioritized selector)") from None
 
     def _validate_priorities(self, p: np.ndarray) -> None:
         if np.isnan(p).any():
             raise errors.InvalidArgumentError(f"Priority must not be NaN (table {self._name!r}).")
-        if self._reject_negative and (p < 0).any():
-            raise errors.InvalidArgumentError(
-                f"Priority must not be negative (got {p[p < 0][0]} for table {self._name!r}, "
-                "which uses a Prioritized selector).")
+        for sel in self._prioritized:
+            try:
+                sel.validate_priorities(p)
+            except ValueError as e:
+                raise errors.InvalidArgumentError(
+                    f"{e} (table {self._name!r} uses a Prioritized selector)") from None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -520,6 +526,12 @@ class Table:
         sqs = []
         mts = self._max_times_sampled
         for i in range(k):
+            if i and self._allowed_locked(1) < 1:
+                # Deletions by max_times_sampled can take the table below min_size_to_sample.
+                k = i
+                keys, probs, sizes, prios, times_out = (
+                    keys[:k], probs[:k], sizes[:k], prios[:k], times_out[:k])
+                break
             slot, p = self._sampler.sample(self._rng)
             t = self._a_times[slot] + 1
             self._a_times[slot] = t

@@ -165,7 +165,9 @@ class TrajectoryWriter:
     def _new_column(self, path: tuple[Any, ...]) -> _Column:
         keep, chunk_len = self._path_config.get(path, (self._num_keep_alive_refs,
                                                        self._default_max_chunk_length))
-        steps_so_far = self._episode_steps + (1 if self._step_open else 0)
+        # Align with the existing columns (which may span episodes after
+        # end_episode(clear_buffers=False)); an open step already has its slot there.
+        steps_so_far = len(self._columns[0].history) if self._columns else 0
         hist = ColumnHistory(path, self.max_num_keep_alive_refs, history_padding=steps_so_far)
         col = _Column(len(self._columns), path, ColumnChunker(path, keep, chunk_len), hist)
         self._columns.append(col)
