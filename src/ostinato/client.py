@@ -120,7 +120,7 @@ class Client:
             buf = np.empty((1, *arr.shape), dtype=arr.dtype)
             buf[0] = arr
             buf.flags.writeable = False
-            packed.extend((Chunk(new_key(), buf, episode), 0, 1))
+            packed.extend((Chunk(new_key(), buf, episode, spec=(arr.dtype, arr.shape)), 0, 1))
         trajectory = tuple(packed)
         squeeze = items_lib.intern_squeeze([False] * len(leaves))
         deadline = Deadline.after(timeout)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import operator
+
+from typing import Any
+
 import numpy as np
 
 from ostinato.core.chunk_store import Chunk
@@ -52,8 +56,8 @@ def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
         return []
     first = trajs[0]
     sq0 = batch.squeeze[0]
-    if type(first[0]) is Chunk and all(s is sq0 for s in batch.squeeze) \
-            and all(type(t[0]) is Chunk and len(t) == len(first) for t in trajs):
+    if batch.squeeze.count(sq0) == len(trajs) and len(set(map(len, trajs))) == 1 \
+            and set(map(type, map(_first, trajs))) == {Chunk}:
         return [_stack_flat_column(trajs, i, sq0[i // 3]) for i in range(0, len(first), 3)]
     per_item = [item_columns(t, s, copy=False) for t, s in zip(trajs, batch.squeeze)]
     ncols = {len(c) for c in per_item}
@@ -70,39 +74,48 @@ def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
 
 
 
+_get_spec = operator.attrgetter("spec")
+_first = operator.itemgetter(0)
+_get_data = operator.attrgetter("data")
+
+
+def _spec_of(chunk: Chunk) -> tuple[Any, ...]:
+    if chunk.spec is None:
+        if not isinstance(chunk.data, np.ndarray):
+            chunk.data = chunk.data.decode()
+        chunk.spec = (chunk.data.dtype, chunk.data.shape[1:])
+    return chunk.spec
+
+
 def _stack_flat_column(trajs: list[Packed], i: int, squeeze: bool) -> np.ndarray:
     """Gathers column ``i // 3`` of items whose columns are single slices into one array."""
     b = len(trajs)
-    datas = [t[i].data for t in trajs]
-    offsets = [t[i + 1] for t in trajs]
-    lengths = {t[i + 2] for t in trajs}
+    chunks = list(map(operator.itemgetter(i), trajs))
+    offsets = list(map(operator.itemgetter(i + 1), trajs))
+    lengths = set(map(operator.itemgetter(i + 2), trajs))
     if len(lengths) != 1:
         raise ValueError(f"cannot stack column {i // 3}: sampled items have lengths {sorted(lengths)}")
     n = lengths.pop()
-    distinct = {id(d): d for d in datas}
-    if any(not isinstance(d, np.ndarray) for d in distinct.values()):
-        for t in trajs:
-            if not isinstance(t[i].data, np.ndarray):
-                t[i].data = t[i].data.decode()
-        datas = [t[i].data for t in trajs]
-        distinct = {id(d): d for d in datas}
-    first = next(iter(distinct.values()))
-    dtype, row_shape = first.dtype, first.shape[1:]
-    for d in distinct.values():
-        if d.dtype != dtype or d.shape[1:] != row_shape:
-            raise ValueError(
-                f"cannot stack column {i // 3} of the sampled items: rows of shape "
-                f"{row_shape} {dtype} and {d.shape[1:]} {d.dtype}")
+    spec = _spec_of(chunks[0])
+    if len(set(map(id, map(_get_spec, chunks)))) != 1:
+        # Chunks from several writers (or of unknown spec): compare by value.
+        for c in {id(c): c for c in chunks}.values():
+            other = _spec_of(c)
+            if other != spec:
+                raise ValueError(
+                    f"cannot stack column {i // 3} of the sampled items: rows of shape "
+                    f"{spec[1]} {spec[0]} and {other[1]} {other[0]}")
+        for c in chunks:
+            _spec_of(c)
+    dtype, row_shape = spec
+    datas = list(map(_get_data, chunks))
     if squeeze:
         if n != 1:
             raise ValueError(f"Tried to squeeze column with batch size {n}")
         if not row_shape:
-            return np.fromiter([d[o] for d, o in zip(datas, offsets)], dtype, b)
-        out = np.empty((b, *row_shape), dtype)
-        for j, (d, o) in enumerate(zip(datas, offsets)):
-            out[j] = d[o]
-        return out
-    out = np.empty((b, n, *row_shape), dtype)
-    for j, (d, o) in enumerate(zip(datas, offsets)):
-        out[j] = d[o:o + n]
-    return out
+            return np.fromiter(map(operator.getitem, datas, offsets), dtype, b)
+        rows = list(map(operator.getitem, datas, offsets))
+    else:
+        rows = [d[o:o + n] for d, o in zip(datas, offsets)]
+    # All rows share dtype and shape (checked above), so np.array stacks them in one copy.
+    return np.array(rows, dtype=dtype)

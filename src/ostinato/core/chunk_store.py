@@ -24,15 +24,20 @@ class Chunk:
         it is the encoded payload, which the server never decodes.
       episode_id: the episode the rows belong to.
       refs: number of item (and stream) references, maintained by :class:`ChunkStore`.
+      spec: ``(dtype, row_shape)`` of the rows, or ``None`` if not known.
     """
 
-    __slots__ = ("key", "data", "episode_id", "refs", "nbytes")
+    __slots__ = ("key", "data", "episode_id", "refs", "nbytes", "spec")
 
-    def __init__(self, key: int, data: Any, episode_id: int = 0, nbytes: int | None = None):
+    def __init__(self, key: int, data: Any, episode_id: int = 0, nbytes: int | None = None,
+                 spec: Any = None):
         self.key = key
         self.data = data
         self.episode_id = episode_id
         self.refs = 0
+        #: ``(dtype, row_shape)`` of the rows, shared (the same object) by all chunks of one
+        #: writer column, so batch assembly can check many chunks at once by identity.
+        self.spec = spec
         if nbytes is None:
             nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
         self.nbytes = nbytes

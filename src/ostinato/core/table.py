@@ -587,16 +587,14 @@ class Table:
             for h in self._hooks:
                 h.on_delete(self._name, key)
 
-    def _slots_of(self, keys: Iterable[int]) -> tuple[list[int], list[int]]:
-        """Maps keys to slots, skipping unknown keys. Returns (positions, slots)."""
-        k2s = self._key_to_slot
-        pos, slots = [], []
-        for i, k in enumerate(keys):
-            s = k2s.get(k)
-            if s is not None:
-                pos.append(i)
-                slots.append(s)
-        return pos, slots
+    def _slots_of(self, keys: list[int]) -> tuple[list[int] | None, list[int]]:
+        """Maps keys to slots, skipping unknown keys. Returns (positions or None if all
+        keys are known, slots)."""
+        slots = list(map(self._key_to_slot.get, keys))
+        if None not in slots:
+            return None, slots  # type: ignore[return-value]
+        pos = [i for i, s in enumerate(slots) if s is not None]
+        return pos, [slots[i] for i in pos]  # type: ignore[misc]
 
     def update_priorities(self, keys: Sequence[int] | np.ndarray,
                           priorities: Sequence[float] | np.ndarray) -> int:
@@ -616,13 +614,14 @@ class Table:
             pos, slots = self._slots_of(key_list)
             if not slots:
                 return 0
-            s = np.asarray(slots, dtype=np.int64)
-            pv = p[pos] if len(pos) != len(p) else p
+            s = np.array(slots, dtype=np.int64)
+            pv = p if pos is None else p[pos]
             self._prio[s] = pv
             self._sampler.update_many(s, pv)
             self._remover.update_many(s, pv)
             if self._hooks:
-                for k, v in zip([key_list[i] for i in pos], pv.tolist()):
+                known = key_list if pos is None else [key_list[i] for i in pos]
+                for k, v in zip(known, pv.tolist()):
                     for h in self._hooks:
                         h.on_update(self._name, k, v)
             self._cond.notify_all()

@@ -100,6 +100,7 @@ class ColumnChunker:
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
         self.dtype: np.dtype | None = None
+        self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
         self._rows = 0
         self._buf: np.ndarray | None = None
@@ -124,7 +125,7 @@ class ColumnChunker:
         self._buf = np.empty((rows, *self.shape), dtype=self.dtype)
         view = self._buf.view()
         view.flags.writeable = False
-        self._chunk = Chunk(new_key(), view, episode_id, nbytes=self._buf.nbytes)
+        self._chunk = Chunk(new_key(), view, episode_id, nbytes=self._buf.nbytes, spec=self._spec)
         self._n = 0
         self._episode = episode_id
 
@@ -143,6 +144,7 @@ class ColumnChunker:
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
         self.shape = arr.shape
+        self._spec = (arr.dtype, arr.shape)
         if self.max_chunk_length is not None:
             self._rows = self.max_chunk_length
         else:

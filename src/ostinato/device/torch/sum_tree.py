@@ -1,22 +1,29 @@
-"""A wide sum/min tree held on a torch device, read and written a whole batch at a time.
+"""A shallow sum/min tree held on the buffer's device, read and written a batch at a time.
 
-Binary trees need ``log2(capacity)`` dependent steps per descent (19 for 500k slots); on a
-GPU each step is a kernel launch and on a CPU an eager op, so depth is what costs. This tree
-has fanout ``K <= 128`` and depth ``L = ceil(log_128(capacity))`` (``K = 80, L = 3`` for
-500k), and every step serves the whole batch:
+A binary tree needs ``log2(capacity)`` dependent steps per descent (19 for 500k slots), and
+each step is a kernel launch on a GPU or an interpreted op on a CPU, so depth is what costs.
+This tree is shallow and wide:
 
-* Each level stores, per node, the *prefix sums* of its ``K`` children with a leading zero
-  (rows of ``K + 1``), so a descent step is: gather each query's row, ``searchsorted`` its
-  mass, subtract the prefix before the chosen child. A child whose value is zero has the
-  same prefix as its left neighbour and can never be chosen while the mass is positive.
-* An update writes leaves and recomputes each touched block's prefix row from its children
-  (never by adding deltas, so rounding does not accumulate), level by level.
-* Contiguous writes (inserts) only write leaves and mark the range dirty on the host; the
-  parents are rebuilt for the whole range on the next read. A single-row insert therefore
-  costs one small copy, and a burst of inserts one rebuild.
+* leaves are grouped in blocks of ``fanout`` (64); the block totals form the next level,
+  and so on, until a level has at most ``TOP_MAX`` (8192) values: the *top*. For 500k
+  slots that is two levels (leaves, then 7813 block totals); up to 8192 slots, one.
+* the top is searched through its full prefix sum (one cumsum, redone only after a write,
+  and one ``searchsorted`` for the whole batch);
+* each lower level stores, per block, the inclusive prefix sums of its children (rows of
+  ``fanout``). A descent step gathers each query's row and counts the boundaries below
+  the query's mass; a child whose value is zero has the same boundary as its left
+  neighbour, so it can never be chosen while the mass is positive;
+* a batch update writes the leaves and recomputes each touched block's prefix row from its
+  children (never by adding deltas, so rounding does not accumulate), level by level;
+* contiguous writes (inserts) only write leaves and record the range on the host; the
+  blocks above are rebuilt for the whole range on the next read, so a single-row insert
+  costs one small copy.
 
-Empty and zero-priority leaves hold sum 0 and min ``+inf``: the min tree is the minimum over
-positive leaves, which is what importance weights are normalised by.
+Block minima over the positive leaves (same shape as the sums, from the level above the
+leaves up) give the minimum over set leaves; empty leaves hold 0.
+
+The arithmetic is written once against :mod:`~ostinato.device.torch.kernels`: torch ops on
+accelerators, numpy views of the same memory on the CPU.
 """
 
 from __future__ import annotations
@@ -27,21 +34,7 @@ from typing import Any
 import torch
 
 from ostinato.device._checks import positive_int
-
-MAX_FANOUT = 128
-
-
-def tree_shape(capacity: int, max_fanout: int = MAX_FANOUT) -> tuple[int, int]:
-    """Returns ``(fanout, depth)`` with ``fanout ** depth >= capacity`` and depth minimal."""
-    capacity = positive_int("capacity", capacity)
-    max_fanout = max(2, positive_int("max_fanout", max_fanout))
-    depth = 1
-    while max_fanout**depth < capacity:
-        depth += 1
-    fanout = max(2, math.ceil(capacity ** (1.0 / depth) - 1e-9))
-    while fanout**depth < capacity:
-        fanout += 1
-    return fanout, depth
+from ostinato.device.torch.kernels import kernels_for
 
 
 class SumMinTree:
@@ -52,152 +45,164 @@ class SumMinTree:
         device: Where the trees live (already resolved).
         dtype: Floating dtype; float64 by default so that sums over millions of leaves keep
             small priorities distinguishable.
-        max_fanout: Upper bound on the fanout (tuning knob; the default suits CPU and GPU).
+        fanout: Children per block below the top.
+        kernels: ``None`` (numpy on CPU, torch elsewhere), ``"numpy"``, ``"torch"``, or a
+            kernels object from :func:`~ostinato.device.torch.kernels.kernels_for`.
 
     Example:
         >>> tree = SumMinTree(5, torch.device("cpu"))
         >>> tree.set(torch.tensor([0, 3]), torch.tensor([1.0, 3.0], dtype=torch.float64))
-        >>> tree.total().item(), tree.find(torch.tensor([0.5, 3.5], dtype=torch.float64)).tolist()
+        >>> float(tree.total()), tree.find(torch.tensor([0.5, 3.5], dtype=torch.float64)).tolist()
         (4.0, [0, 3])
     """
+
+    #: Largest level searched through a full prefix sum.
+    TOP_MAX = 8192
 
     def __init__(
         self,
         capacity: int,
         device: torch.device,
         dtype: torch.dtype = torch.float64,
-        max_fanout: int = MAX_FANOUT,
+        fanout: int = 64,
+        kernels: Any = None,
     ) -> None:
         self.capacity = positive_int("capacity", capacity)
+        self.fanout = k = positive_int("fanout", fanout)
+        if k < 2:
+            raise ValueError(f"fanout ({fanout}) must be at least 2")
         if not dtype.is_floating_point:
             raise TypeError(f"dtype ({dtype}) must be a floating dtype")
         self.device, self.dtype = device, dtype
-        self.fanout, self.depth = k, depth = tree_shape(self.capacity, max_fanout)
-        n_leaves = k**depth
-        # One spare leaf past the end absorbs writes that must be dropped (stale indices,
-        # superseded duplicates) without a data-dependent branch.
-        self.trash = n_leaves
-        self._leaves = torch.zeros(n_leaves + 1, dtype=dtype, device=device)
-        self._min_leaves = torch.full((n_leaves + 1,), math.inf, dtype=dtype, device=device)
-        self.leaf_values = self._leaves[:n_leaves]
-        # prefix[h]: one row per node at height h + 1, holding [0, cumsum(children)].
-        self.prefix = [
-            torch.zeros((k ** (depth - 1 - h), k + 1), dtype=dtype, device=device)
-            for h in range(depth)
-        ]
-        # children[h]: (nodes at height h + 1, k) view of the values of height h.
-        self.children = [self.leaf_values.view(-1, k)]
-        for h in range(1, depth):
-            below = self.prefix[h - 1]
-            self.children.append(
-                below.as_strided(
-                    (below.shape[0] // k, k), (k * (k + 1), k + 1), below.storage_offset() + k
-                )
-            )
-        # mins[h]: values at height h (mins[0] are the leaves).
-        self.mins = [self._min_leaves[:n_leaves]] + [
-            torch.full((k ** (depth - h),), math.inf, dtype=dtype, device=device)
-            for h in range(1, depth)
-        ]
-        self._last_pos = torch.zeros(n_leaves + 1, dtype=torch.long, device=device)
-        self._tiny = torch.finfo(dtype).tiny
+        if kernels is None or isinstance(kernels, str):
+            kernels = kernels_for(device, None, kernels)
+        self.ops = ops = kernels
+        sizes = [self.capacity]
+        while sizes[-1] > self.TOP_MAX:
+            sizes[-1] = -(-sizes[-1] // k) * k  # pad to whole blocks
+            sizes.append(sizes[-1] // k)
+        self.sizes = sizes
+        self.depth = len(sizes) - 1  # levels below the top
+
+        def full(shape: Any, value: float, dt: torch.dtype = dtype) -> Any:
+            return ops.view(torch.full(shape, value, dtype=dt, device=device))
+
+        # Leaves get one spare slot past the end that absorbs dropped writes (stale
+        # indices, superseded duplicates) without a data-dependent branch.
+        self.trash = sizes[0]
+        self._leaves = full((sizes[0] + 1,), 0.0)
+        self.values = [self._leaves[: sizes[0]]] + [full((n,), 0.0) for n in sizes[1:]]
+        # mins[h] (h >= 1): minimum over the positive leaves below each node at height h.
+        self.mins = [None] + [full((n,), math.inf) for n in sizes[1:]]
+        self.prefix = [full((sizes[h + 1], k), 0.0) for h in range(self.depth)]
+        self._ctop = full((sizes[-1] + 1,), 0.0)  # [0, cumsum of the top]
+        self._top_dirty = False
+        self._scratch = full((sizes[0] + 1,), 0, torch.long) if ops.name == "torch" else None
+        self._rows = full((0, k), 0.0)
         self._dirty: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ reads
-    def total(self) -> torch.Tensor:
-        """Sum of all leaves (a 0-d device tensor)."""
+    def _top(self) -> Any:
         self.flush()
-        return self.prefix[-1][0, self.fanout]
+        if self._top_dirty:
+            self.ops.cumsum(self.values[-1], out=self._ctop[1:])
+            self._top_dirty = False
+        return self._ctop
 
-    def min(self) -> torch.Tensor:
-        """Minimum over positive leaves, ``+inf`` if there is none (a 0-d device tensor)."""
+    def total(self) -> Any:
+        """Sum of all leaves (a 0-d array of the tree's kernels)."""
+        return self._top()[-1]
+
+    def min(self) -> Any:
+        """Minimum over positive leaves, ``+inf`` if none (a 0-d array of the kernels)."""
         self.flush()
-        return self.mins[-1][: self.fanout].min()
+        if self.depth:
+            return self.mins[-1].min()
+        leaves = self.values[0]
+        return self.ops.where(leaves > 0, leaves, math.inf).min()
 
-    def leaves(self, index: torch.Tensor) -> torch.Tensor:
+    def leaves(self, index: Any) -> Any:
         """Values of the leaves at ``index``."""
-        return self.leaf_values.index_select(0, index)
+        return self.ops.take(self.values[0], index)
 
-    def find(self, mass: torch.Tensor) -> torch.Tensor:
+    def find(self, mass: Any) -> Any:
         """For each query mass ``m`` in ``(0, total]``, the first leaf whose inclusive prefix
         sum reaches ``m``. Zero leaves are never returned while the total is positive; with
         a zero total the result is an arbitrary in-range leaf.
 
         Args:
-            mass: 1-D tensor of the tree's dtype.
+            mass: 1-D array (of the tree's kernels) of the tree's dtype.
 
         Returns:
-            Long tensor of leaf indices.
+            Long array of leaf indices.
         """
-        self.flush()
-        k = self.fanout
-        top = self.prefix[-1][0]
-        # The chosen child is the number of interior boundaries below the mass: always in
-        # [0, k), so no clamping, and a boundary equal to the mass (the prefix up to a zero
-        # child) is not counted. Capping the mass at the row total keeps rounding between
-        # levels from pushing a query past the last positive child.
-        mass = torch.minimum(mass.unsqueeze(1), top[k])
-        node = (top[1:k] < mass).sum(1, keepdim=True)
-        if self.depth == 1:
-            return node.squeeze_(1)
-        mass = mass - torch.take(top, node)
-        for h in range(self.depth - 2, -1, -1):
-            rows = self.prefix[h].index_select(0, node.squeeze(1))
-            mass = torch.minimum(mass, rows[:, k:])
-            i = (rows[:, 1:k] < mass).sum(1, keepdim=True)
+        ops, k = self.ops, self.fanout
+        ctop = self._top()
+        mass = ops.minimum(mass, ctop[-1])
+        node = ops.searchsorted(ctop[1:], mass)
+        if self.depth == 0:
+            return node
+        mass = mass - ops.take(ctop, node)
+        for h in range(self.depth - 1, -1, -1):
+            rows = ops.take(self.prefix[h], node)
+            # Capping at the row total keeps rounding between levels from carrying a query
+            # past the last positive child, and so the count of boundaries strictly below
+            # the mass is a child in [0, k).
+            mass = ops.minimum(mass, rows[:, k - 1])
+            child = ops.searchsorted_rows(rows, mass)
             if h:
-                mass = mass - rows.gather(1, i)
-            node = i.add_(node, alpha=k)
-        return node.squeeze_(1)
+                before = ops.pick(rows, (child - 1).clip(0))
+                mass = mass - ops.where(child > 0, before, 0)
+            node = node * k + child
+        return node
 
     # ------------------------------------------------------------------ writes
-    def set(
-        self, index: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None
-    ) -> None:
-        """Sets leaves ``index`` to ``value`` for a whole batch and recomputes their parents.
+    def set(self, index: Any, value: Any, keep: Any = None) -> None:
+        """Sets leaves ``index`` to ``value`` for a whole batch and recomputes their blocks.
 
-        Duplicated indices resolve to the last occurrence, deterministically on every
-        device. Entries whose ``keep`` is false are dropped.
+        Of repeated indices the last (kept) one wins, on every device.
 
         Args:
-            index: Long tensor of leaf indices in ``[0, capacity)``.
-            value: Non-negative values, same length.
-            keep: Optional bool mask, same length.
+            index: Long array of leaf indices in ``[0, capacity)``.
+            value: Non-negative values of the tree's dtype, same length.
+            keep: Optional bool array; entries where it is false are dropped.
         """
-        n = index.shape[0]
-        if n == 0:
+        if index.shape[0] == 0:
             return
         self.flush()
-        pos = torch.arange(n, device=index.device)
-        last = self._last_pos.scatter_reduce_(0, index, pos, "amax", include_self=False)
-        winner = last.index_select(0, index) == pos
-        if keep is not None:
-            winner &= keep
-        target = torch.where(winner, index, self.trash)
-        value = value.to(self.dtype)
-        self._leaves.index_put_((target,), value)
-        self._min_leaves.index_put_((target,), torch.where(value > 0, value, math.inf))
-        k = self.fanout
+        self.ops.scatter_last(self._leaves, index, value, keep, self._scratch, self.trash)
+        self._rebuild(index)
+
+    def _rebuild(self, index: Any) -> None:
+        ops, k, n = self.ops, self.fanout, index.shape[0]
+        if self._rows.shape[0] < n:
+            self._rows = ops.view(torch.zeros((n, k), dtype=self.dtype, device=self.device))
+        rows = self._rows[:n]
         node = index
         for h in range(self.depth):
-            node = torch.div(node, k, rounding_mode="floor")
-            sums = self.children[h].index_select(0, node).cumsum_(1)
-            self.prefix[h][:, 1:].index_copy_(0, node, sums)
-            if h + 1 < self.depth:
-                mins = self.mins[h].view(-1, k).index_select(0, node).amin(1)
-                self.mins[h + 1].index_copy_(0, node, mins)
+            node = node // k
+            children = ops.take(self.values[h].reshape(-1, k), node)
+            ops.cumsum_rows(children, out=rows)
+            self.prefix[h][node] = rows
+            self.values[h + 1][node] = rows[:, k - 1]
+            if h == 0:
+                children = ops.where(children > 0, children, math.inf)
+            else:
+                children = ops.take(self.mins[h].reshape(-1, k), node)
+            self.mins[h + 1][node] = ops.min_rows(children)
+        self._top_dirty = True
 
-    def set_range(self, start: int, value: torch.Tensor) -> None:
-        """Sets the leaves ``[start, start + len(value))``; parents are rebuilt lazily.
+    def set_range(self, start: int, value: Any) -> None:
+        """Sets leaves ``[start, start + len(value))``; the blocks above are rebuilt lazily.
 
         Args:
             start: First leaf (a host int).
-            value: Non-negative values, 1-D (an expanded scalar is fine).
+            value: Non-negative values, 1-D.
         """
         stop = start + value.shape[0]
         if stop == start:
             return
-        self.leaf_values[start:stop].copy_(value)
+        self.values[0][start:stop] = value
         dirty = self._dirty
         if dirty and dirty[-1][1] == start:
             dirty[-1] = (dirty[-1][0], stop)
@@ -207,40 +212,43 @@ class SumMinTree:
                 self._dirty = [(min(a for a, _ in dirty), max(b for _, b in dirty))]
 
     def flush(self) -> None:
-        """Rebuilds the parents of leaves written by :meth:`set_range` since the last read."""
+        """Rebuilds the blocks above leaves written by :meth:`set_range` since the last read."""
         if not self._dirty:
             return
-        k = self.fanout
+        ops, k = self.ops, self.fanout
         for start, stop in self._dirty:
-            values = self.leaf_values[start:stop]
-            self.mins[0][start:stop].copy_(torch.where(values > 0, values, math.inf))
-            lo, hi = start, stop - 1
+            lo, hi = start, stop
             for h in range(self.depth):
-                lo, hi = lo // k, hi // k
-                rows = self.children[h][lo : hi + 1]
-                self.prefix[h][lo : hi + 1, 1:].copy_(rows.cumsum(1))
-                if h + 1 < self.depth:
-                    below = self.mins[h].view(-1, k)[lo : hi + 1]
-                    torch.amin(below, 1, out=self.mins[h + 1][lo : hi + 1])
+                lo, hi = lo // k, (hi - 1) // k + 1
+                children = self.values[h].reshape(-1, k)[lo:hi]
+                rows = self.prefix[h][lo:hi]
+                ops.cumsum_rows(children, out=rows)
+                self.values[h + 1][lo:hi] = rows[:, k - 1]
+                if h == 0:
+                    children = ops.where(children > 0, children, math.inf)
+                else:
+                    children = self.mins[h].reshape(-1, k)[lo:hi]
+                self.mins[h + 1][lo:hi] = ops.min_rows(children)
         self._dirty = []
+        self._top_dirty = True
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
         self._dirty = []
-        self._leaves.zero_()
-        self._min_leaves.fill_(math.inf)
-        for p in self.prefix:
-            p.zero_()
-        for m in self.mins[1:]:
-            m.fill_(math.inf)
+        for a in [self._leaves, *self.values[1:], *self.prefix, self._ctop]:
+            a[...] = 0
+        for a in self.mins[1:]:
+            a[...] = math.inf
+        self._top_dirty = False
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Returns the leaves; parents are rebuilt on load."""
-        return {"capacity": self.capacity, "leaves": self.leaf_values[: self.capacity]}
+        """Returns the leaves (a tensor); everything above is rebuilt on load."""
+        self.flush()
+        return {"capacity": self.capacity, "leaves": self.ops.tensor(self.values[0][: self.capacity])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output and rebuilds the parents.
+        """Restores :meth:`state_dict` output and rebuilds the blocks.
 
         Raises:
             ValueError: If the capacity differs.
@@ -249,7 +257,7 @@ class SumMinTree:
             raise ValueError(
                 f"state capacity ({state['capacity']}) differs from capacity ({self.capacity})"
             )
-        leaves = state["leaves"].to(device=self.device, dtype=self.dtype)
+        leaves = torch.as_tensor(state["leaves"]).to(device=self.device, dtype=self.dtype)
         self.clear()
-        self.set_range(0, leaves)
+        self.set_range(0, self.ops.view(leaves.clone()))
         self.flush()

@@ -1,0 +1,149 @@
+"""``UniformReplayBuffer``: MindSpore RL's device-resident uniform buffer, corrected."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ostinato.device._checks import optional_seed, positive_int, sample_size_fits
+from ostinato.device._dispatch import backend_class
+from ostinato.device.spec import ColumnSpec, make_specs
+
+
+class UniformReplayBuffer:
+    """A fixed-capacity FIFO replay buffer held on an accelerator, sampled uniformly.
+
+    The API is MindSpore RL's ``UniformReplayBuffer``; the behaviour is what MindSpore's
+    documentation promises rather than what its kernels do (see the QUIRK notes in the
+    design reference): a batch insert that wraps keeps exactly its newest rows, ``reset``
+    really empties the buffer, out-of-range ``get_item`` raises, and the newest row is
+    sampled as often as any other.
+
+    ``UniformReplayBuffer(...)`` returns the subclass for ``backend`` (torch or jax); the
+    framework is imported only then.
+
+    Args:
+        sample_size: Rows returned by :meth:`sample`.
+        capacity: Rows held; the oldest is overwritten when full.
+        shapes: One element shape per column, without the capacity dimension.
+        types: One dtype per column (strings, numpy, torch, jax or MindSpore dtypes).
+        names: Optional column names, used in error messages.
+        device: Where the buffer lives: a torch device (``"cuda:0"``) or a jax device or
+            platform (``"gpu"``). ``None`` is the framework's default device. A device that
+            is not present raises; there is no silent CPU fallback.
+        seed: Seed for sampling; ``None`` seeds from the OS.
+        backend: ``"torch"`` or ``"jax"``.
+
+    Raises:
+        ValueError: For a non-positive ``capacity``/``sample_size``, ``sample_size >
+            capacity``, malformed shapes, an unknown backend or a missing device.
+        TypeError: For unsupported dtypes or ``shapes``/``types`` that are not lists.
+
+    Example:
+        >>> import torch
+        >>> buf = UniformReplayBuffer(2, 100, [(4,), ()], [torch.float32, torch.int64])
+        >>> buf.insert([torch.zeros(4), torch.tensor(3)])       # one transition
+        >>> buf.insert([torch.ones(8, 4), torch.arange(8)])     # a batch of 8
+        >>> buf.size(), buf.get_item(-1)[1].item()
+        (9, 7)
+        >>> obs, action = buf.sample()
+        >>> obs.shape
+        torch.Size([2, 4])
+    """
+
+    def __new__(cls, *args: Any, backend: str = "torch", **kwargs: Any) -> UniformReplayBuffer:
+        if cls is UniformReplayBuffer:
+            cls = backend_class("uniform", backend)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        sample_size: int,
+        capacity: int,
+        shapes: Sequence[Any],
+        types: Sequence[Any],
+        *,
+        names: Sequence[str] | None = None,
+        device: Any = None,
+        seed: int | None = None,
+        backend: str = "torch",
+    ) -> None:
+        self.capacity = positive_int("capacity", capacity)
+        self.sample_size = positive_int("sample_size", sample_size)
+        sample_size_fits(self.sample_size, self.capacity)
+        self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
+        self.seed = optional_seed(seed)
+        self.backend = backend
+
+    def insert(self, exp: Sequence[Any]) -> None:
+        """Appends one transition, or a batch of them, overwriting the oldest rows when full.
+
+        Args:
+            exp: One value per column: all of element shape (one transition), or all with
+                the same leading batch dimension. Tensors and typed arrays must have the
+                column's dtype; Python scalars and lists are converted to it.
+
+        Raises:
+            ValueError: Wrong number of columns, or a shape that is neither an element nor a
+                batch of elements, or columns with different batch sizes. The message names
+                the column.
+            TypeError: A dtype differing from the column's. The message names the column.
+        """
+        raise NotImplementedError
+
+    def get_item(self, index: int) -> tuple[Any, ...]:
+        """Returns a copy of one stored transition.
+
+        Args:
+            index: Logical index: 0 is the oldest row, ``size() - 1`` the newest, and
+                negative values count back from the newest.
+
+        Raises:
+            IndexError: If ``index`` is out of range.
+        """
+        raise NotImplementedError
+
+    def sample(self, *, unique: bool = False, order_preserving: bool = False) -> tuple[Any, ...]:
+        """Draws ``sample_size`` stored transitions uniformly.
+
+        Args:
+            unique: Draw without replacement (requires ``size() >= sample_size``).
+            order_preserving: Return rows oldest first instead of in random order.
+
+        Returns:
+            One array per column, shaped ``(sample_size, *element_shape)``.
+
+        Raises:
+            IndexError: If the buffer is empty.
+            ValueError: If ``unique`` and fewer than ``sample_size`` rows are stored.
+        """
+        raise NotImplementedError
+
+    def reset(self) -> bool:
+        """Empties the buffer (size 0, storage zeroed) and returns ``True``."""
+        raise NotImplementedError
+
+    def size(self) -> int:
+        """Number of rows stored, as a host ``int`` (no device synchronisation)."""
+        raise NotImplementedError
+
+    def full(self) -> bool:
+        """Whether ``size() == capacity``, as a host ``bool``."""
+        return self.size() >= self.capacity
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns everything needed to restore the buffer (storage, cursor, RNG state)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output into a buffer built with the same arguments."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(sample_size={self.sample_size}, capacity={self.capacity}, "
+            f"columns={len(self.specs)}, size={self.size()})"
+        )
