@@ -22,3 +22,32 @@ def make_server():
 @pytest.fixture()
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(params=["embedded", "networked"])
+def mode(request):
+    """Runs a test against an in-process server and against a server in another process."""
+    return request.param
+
+
+@pytest.fixture()
+def serve(mode, make_server):
+    """serve(code) -> Client for a server whose tables are built by ``code`` (which must define
+    ``TABLES``), in this process or in a child process depending on ``mode``."""
+    from server_process import ServerProcess
+
+    children = []
+
+    def start(code):
+        if mode == "embedded":
+            ns = {}
+            exec(code, ns)
+            server = make_server(*ns["TABLES"])
+            return reverb.Client(f"localhost:{server.port}")
+        proc = ServerProcess(code)
+        children.append(proc)
+        return reverb.Client(proc.address, in_process=False, unavailable_timeout=5)
+
+    yield start
+    for p in children:
+        p.stop()

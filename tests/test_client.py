@@ -10,17 +10,29 @@ import ostinato as reverb
 from ostinato import errors
 
 
+TABLES = """
+import numpy as np
+import ostinato as reverb
+TABLES = [
+    reverb.Table("dist", reverb.selectors.Prioritized(1), reverb.selectors.Fifo(), 1000,
+                 reverb.rate_limiters.MinSize(3), signature=reverb.TensorSpec([], np.int64)),
+    reverb.Table.queue("nested", 10, signature={"a": reverb.TensorSpec([3], np.int64),
+                                                "b": reverb.TensorSpec([3, 2, 2], np.float32)}),
+    reverb.Table.queue("queue", 10),
+]
+"""
+
+UNIFORM = """
+import ostinato as reverb
+TABLES = [reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
+                       reverb.rate_limiters.MinSize(1))]
+"""
+
+
 @pytest.fixture()
-def env(make_server):
-    tables = [
-        reverb.Table("dist", reverb.selectors.Prioritized(1), reverb.selectors.Fifo(), 1000,
-                     reverb.rate_limiters.MinSize(3), signature=reverb.TensorSpec([], np.int64)),
-        reverb.Table.queue("nested", 10, signature={"a": reverb.TensorSpec([3], np.int64),
-                                                    "b": reverb.TensorSpec([3, 2, 2], np.float32)}),
-        reverb.Table.queue("queue", 10),
-    ]
-    server = make_server(*tables)
-    return server, reverb.Client(f"localhost:{server.port}")
+def env(serve):
+    """(None, client) for the standard tables, embedded and over the network."""
+    return None, serve(TABLES)
 
 
 def _sample_keys(client, table, n):
@@ -109,10 +121,8 @@ def test_writer_chunk_length_gt_max_sequence_length(env):
         client.writer(2, chunk_length=3)
 
 
-def test_legacy_writer_items_sampled_uniformly(make_server):
-    server = make_server(reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      100, reverb.rate_limiters.MinSize(1)))
-    client = server.localhost_client()
+def test_legacy_writer_items_sampled_uniformly(serve):
+    client = serve(UNIFORM)
     with client.writer(2) as w:
         w.append(np.int64(0))
         w.create_item("u", 1, 1.0)
@@ -158,7 +168,8 @@ def test_write_and_sample_different_shapes_and_dtypes(env):
         got = next(client.sample("queue", 1, emit_timesteps=False)).data[0]
         assert got.shape == (1, *d.shape)
         assert got.dtype == d.dtype
-        np.testing.assert_array_equal(got[0], d)
+        expected = d if d.dtype != object else np.array([x.encode() for x in d], dtype=object)
+        np.testing.assert_array_equal(got[0], expected)  # strings come back as bytes (Reverb)
 
 
 def test_mutate_priorities_update(env):
@@ -295,8 +306,8 @@ def test_sample_timeout(env):
         next(client.sample("queue", 1, timeout=0.05))
 
 
-def test_server_info_timeout_unknown_address():
-    client = reverb.Client("localhost:1")
+def test_server_info_timeout_unknown_address(mode):
+    client = reverb.Client("localhost:1", unavailable_timeout=0.3)
     with pytest.raises(reverb.DeadlineExceededError):
         client.server_info(timeout=1)
     with pytest.raises(errors.UnavailableError, match="localhost:1"):
@@ -323,10 +334,12 @@ def test_sample_batch(env):
     assert b.info.times_sampled.dtype == np.int32
 
 
-def test_sample_batch_times_sampled_counts_duplicates(make_server):
-    server = make_server(reverb.Table("f", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 10,
-                                      reverb.rate_limiters.MinSize(1)))
-    client = server.localhost_client()
+def test_sample_batch_times_sampled_counts_duplicates(serve):
+    client = serve("""
+import ostinato as reverb
+TABLES = [reverb.Table("f", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 10,
+                       reverb.rate_limiters.MinSize(1))]
+""")
     client.insert(np.int64(1), {"f": 1.0})
     b = client.sample_batch("f", 5)
     assert b.info.times_sampled.tolist() == [1, 2, 3, 4, 5]
@@ -344,10 +357,8 @@ def test_update_priorities_and_delete_arrays(env):
     assert client.server_info()["dist"].current_size == 3
 
 
-def test_multithreaded_writers(make_server):
-    server = make_server(reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      1000, reverb.rate_limiters.MinSize(1)))
-    client = server.localhost_client()
+def test_multithreaded_writers(serve):
+    client = serve(UNIFORM.replace('"u"', '"t"'))
 
     def work(n):
         for _ in range(n):

@@ -46,12 +46,23 @@ class Client:
       >>> sample = next(client.sample("replay"))
     """
 
-    def __init__(self, server_address: str, *, transport: Transport | None = None):
+    def __init__(self, server_address: str, *, token: str | None = None,
+                 root_certificates: bytes | None = None, tls_server_name: str | None = None,
+                 compression: str = "zstd", unavailable_timeout: float = 30.0,
+                 max_message_bytes: int = 256 * 1024 * 1024, in_process: bool | None = None,
+                 transport: Transport | None = None):
         if not isinstance(server_address, str) or not server_address:
             raise ValueError(f"server_address ({server_address!r}) must be a non-empty 'host:port' string")
+        if compression not in ("zstd", "none"):
+            raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         self._server_address = server_address
         self._transport = transport
         self._signature_cache: dict[str, Any] = {}
+        self._options = dict(token=token, root_certificates=root_certificates,
+                             tls_server_name=tls_server_name, compression=compression,
+                             unavailable_timeout=unavailable_timeout,
+                             max_message_bytes=max_message_bytes)
+        self._in_process = in_process
 
     # -- plumbing -------------------------------------------------------------------------------------
     @property
@@ -59,36 +70,55 @@ class Client:
         return self._server_address
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Client, (self._server_address,))
+        return (_rebuild_client, (self._server_address, self._options, self._in_process))
 
     def __repr__(self) -> str:
         return f"Client, server_address={self._server_address}"
 
-    def _resolve(self) -> Transport | None:
+    def _resolve(self) -> Transport:
         from ostinato.server import local_server_for
         from ostinato.transport.inprocess import InProcessTransport
 
-        server = local_server_for(self._server_address)
-        if server is not None:
-            return InProcessTransport(server, self._server_address)
-        return None
+        if self._in_process is not False:
+            server = local_server_for(self._server_address)
+            if server is not None:
+                return InProcessTransport(server, self._server_address)
+            if self._in_process:
+                raise errors.UnavailableError(
+                    f"No Ostinato server is running at {self._server_address} in this process.",
+                    self._server_address)
+        from ostinato.wire.client import ClientOptions, GrpcTransport
+
+        return GrpcTransport(self._server_address, ClientOptions(**self._options))
 
     def _get_transport(self, deadline: Deadline | None = None) -> Transport:
         t = self._transport
         if t is not None and not getattr(getattr(t, "_server", None), "stopped", False):
             return t
-        deadline = deadline or Deadline.after(0)
-        while True:
+        if t is not None and self._in_process is None:
+            # The in-process server we used has stopped: use its successor if one runs in this
+            # process, and otherwise say so at once instead of dialling the network.
+            self._in_process = True
+            try:
+                t = self._resolve()
+            finally:
+                self._in_process = None
+        else:
             t = self._resolve()
-            if t is not None:
-                self._transport = t
-                return t
-            if deadline.expired() or deadline.is_never:
-                raise errors.UnavailableError(
-                    f"No Ostinato server is running at {self._server_address} in this process "
-                    "(this release serves clients in the server's own process only).",
-                    self._server_address)
-            time.sleep(min(0.05, deadline.remaining() or 0.05))
+        self._transport = t
+        return t
+
+    def close(self) -> None:
+        """Closes network connections (in-process clients hold none)."""
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _meta(self, table: str) -> TableMeta:
         return self._get_transport().table_meta(table)
@@ -289,15 +319,15 @@ class Client:
             server can be reached rather than waiting forever.
         """
         wait = timeout is not None and timeout > 0
+        transport = self._get_transport()
         try:
-            transport = self._get_transport(Deadline.after(timeout) if wait else None)
-        except errors.UnavailableError as e:
+            info = transport.server_info(Deadline.after(timeout) if wait else Deadline.never())
+        except (errors.UnavailableError, errors.DeadlineExceededError) as e:
             if wait:
                 raise errors.DeadlineExceededError(
                     f"ServerInfo call did not complete within provided timeout of {timeout}s "
-                    f"(no server at {self._server_address})") from e
+                    f"(server at {self._server_address}: {e})") from e
             raise
-        info = transport.server_info(Deadline.after(timeout) if wait else Deadline.never())
         if not self._signature_cache:
             self._signature_cache = {name: i.signature for name, i in info.items()}
         return info
@@ -305,6 +335,10 @@ class Client:
     def checkpoint(self) -> str:
         """Asks the server to write a checkpoint; returns its path."""
         return self._get_transport().checkpoint(Deadline.never())
+
+
+def _rebuild_client(address: str, options: dict[str, Any], in_process: bool | None) -> Client:
+    return Client(address, in_process=in_process, **options)
 
 
 def _timesteps(info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...],

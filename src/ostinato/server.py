@@ -6,6 +6,8 @@ the same process talk to it directly (see :mod:`ostinato.transport.inprocess`).
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import logging
 import socket
 import threading
@@ -50,27 +52,40 @@ def local_server_for(address: str) -> Server | None:
     return s if s is not None and not s.stopped else None
 
 
-def _port_is_free(port: int) -> bool:
-    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as s:
-                s.bind((host, port))
-        except OSError as e:
-            if family == socket.AF_INET6 and e.errno in (97, 99):  # no IPv6 here
-                continue
-            return False
+@dataclasses.dataclass(frozen=True)
+class ServerTLS:
+    """TLS material for a server: PEM certificate chain and private key (bytes)."""
+
+    certificate_chain: bytes
+    private_key: bytes
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    """True if nothing listens on ``port`` for the addresses ``host`` resolves to."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return True  # let gRPC report the bad host
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            try:
+                s.bind(addr)
+            except OSError as e:
+                if e.errno in (97, 99):  # address family not available here
+                    continue
+                return False
     return True
 
 
-def _pick_port() -> int:
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with _REGISTRY_LOCK:
-            if port not in _REGISTRY:
-                return port
-    raise RuntimeError("could not find a free port")
+def _is_loopback(host: str) -> bool:
+    h = host.strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 class Server:
@@ -78,9 +93,15 @@ class Server:
 
     Args:
       tables: the tables; names must be unique. At least one.
-      port: port the server is addressed by. ``None`` or ``0`` picks a free port; read it back
-        from :attr:`port`. A port already used by another server raises ``ValueError``.
+      port: port to listen on. ``None`` or ``0`` picks a free port; read it back from
+        :attr:`port`. A port already in use raises ``ValueError``.
       checkpointer: reserved for checkpointing (not available in this release; must be None).
+      host: interface to listen on; ``"localhost"`` by default. Use ``"0.0.0.0"`` or ``"[::]"``
+        to accept other machines (a warning is logged unless ``tls`` or ``token`` is set).
+      token: shared secret every call must carry (``Client(..., token=...)``).
+      tls: :class:`ServerTLS` to serve over TLS.
+      max_message_bytes: largest gRPC message accepted or sent.
+      max_workers: threads serving RPCs (each open writer stream holds one).
 
     Example:
       >>> server = Server([Table.queue("q", 10)])
@@ -88,7 +109,9 @@ class Server:
     """
 
     def __init__(self, tables: Sequence[Table] | None = None, port: int | None = None,
-                 checkpointer: Any = None):
+                 checkpointer: Any = None, *, host: str = "localhost", token: str | None = None,
+                 tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
+                 max_workers: int = 64):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -101,27 +124,41 @@ class Server:
         if checkpointer is not None:
             raise NotImplementedError(
                 "checkpointer: checkpoints are not available in this release of Ostinato")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port < 65536):
+            raise ValueError(f"port ({port!r}) must be None or an integer in 0..65535")
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError("token must be a non-empty string")
+        if max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes ({max_message_bytes}) must be >= 1024")
         self._store = ChunkStore()
         self._tables = {t.name: t for t in tables}
         self._checkpointer = checkpointer
         self._stopped = threading.Event()
         with _REGISTRY_LOCK:
-            if port is None or port == 0:
-                pass
-            elif port in _REGISTRY or not _port_is_free(port):
+            if port and (port in _REGISTRY or not _port_is_free(host, port)):
                 raise ValueError(f"port ({port}) is already in use")
-        if port is None or port == 0:
-            port = _pick_port()
-        elif not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"port ({port!r}) must be an integer in 1..65535")
         for t in tables:
             t._bind(self, self._store)
+        from ostinato.wire.service import start_grpc_server
+
+        try:
+            self._grpc, bound, self._service = start_grpc_server(
+                self, host, port or 0, token=token, tls=tls,
+                max_message_bytes=max_message_bytes, max_workers=max_workers)
+        except ValueError as e:
+            for t in tables:
+                t._server = None
+            raise ValueError(f"port ({port}) is already in use or cannot be bound: {e}") from None
+        self._host = host
+        self._port = bound
         with _REGISTRY_LOCK:
-            if port in _REGISTRY:
-                raise ValueError(f"port ({port}) is already in use")
-            _REGISTRY[port] = self
-        self._port = port
-        _log.info("Ostinato server started on port %d with tables %s", port, ", ".join(names))
+            _REGISTRY[bound] = self
+        if not _is_loopback(host) and tls is None and token is None:
+            _log.warning(
+                "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
+                "this address can read and change the replay data.", host, bound)
+        _log.info("Ostinato server started on %s:%d with tables %s", host, bound, ", ".join(names))
 
     @property
     def port(self) -> int:
@@ -157,6 +194,7 @@ class Server:
             return
         for t in self._tables.values():
             t.close()
+        self._grpc.stop(grace=None)
         with _REGISTRY_LOCK:
             if _REGISTRY.get(self._port) is self:
                 del _REGISTRY[self._port]

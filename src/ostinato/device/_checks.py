@@ -71,11 +71,12 @@ def non_negative_float(name: str, value: Any) -> float:
     return float(value)
 
 
-def optional_seed(value: Any) -> int | None:
+def optional_seed(value: Any, name: str = "seed") -> int | None:
     """Returns ``value`` as an ``int`` seed, or ``None``.
 
     Args:
         value: ``None`` (seed from the operating system) or an integer ``>= 0``.
+        name: The argument name, quoted in the error message.
 
     Returns:
         The seed.
@@ -86,7 +87,7 @@ def optional_seed(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"seed ({value!r}) must be None or a non-negative integer")
+        raise ValueError(f"{name} ({value!r}) must be None or a non-negative integer")
     return int(value)
 
 

@@ -97,11 +97,10 @@ class PriorityReplayBuffer:
         sample_size_fits(self.sample_size, self.capacity)
         self.beta = non_negative_float("beta", beta)
         self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
-        for name, value in (("seed0", seed0), ("seed1", seed1)):
-            optional_seed(value)
+        seed0_, seed1_ = optional_seed(seed0, "seed0"), optional_seed(seed1, "seed1")
         self.seed = optional_seed(seed)
         if self.seed is None:
-            self.seed = int(seed1) or int(seed0) or None
+            self.seed = seed1_ or seed0_ or None
         self.backend = backend
         self.validate = bool(validate)
 

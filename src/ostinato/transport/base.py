@@ -65,5 +65,10 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def checkpoint(self, deadline: Deadline) -> str: ...
 
+    @abc.abstractmethod
+    def writer_stream(self, keep_keys: Any = None) -> Any:
+        """A connection for one writer: ``try_insert``, ``insert``, ``pending``, ``wait``,
+        ``close``. ``keep_keys()`` names the chunks the writer may still refer to."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases connections; the in-process transport has none."""

@@ -36,11 +36,15 @@ def new_key() -> int:
 
 def to_array(value: Any) -> np.ndarray:
     """Converts a step value as Reverb does: Python int -> int64, float -> float64, str -> object."""
-    if type(value) is np.ndarray:
+    if type(value) is np.ndarray and value.dtype.kind != "O":
         return value
     arr = np.asarray(value)
-    if arr.dtype.kind in ("U", "S"):
-        arr = arr.astype(object)
+    if arr.dtype.kind in ("U", "S", "O"):
+        # Strings are stored as bytes (UTF-8), as Reverb returns them.
+        flat = [x.encode() if isinstance(x, str) else x for x in arr.reshape(-1).tolist()]
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        arr = out.reshape(arr.shape)
     return arr
 
 
@@ -153,7 +157,7 @@ class ColumnChunker:
 
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
-        arr = value if type(value) in _FAST_TYPES else to_array(value)
+        arr = value if type(value) in _FAST_TYPES and value.dtype.kind != "O" else to_array(value)
         if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
                 or self._episode != episode_id:
             self._slow_path(arr, episode_id)

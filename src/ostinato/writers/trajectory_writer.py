@@ -151,6 +151,7 @@ class TrajectoryWriter:
         self._cv = threading.Condition()
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._stream = transport.writer_stream(self._keep_keys)
 
     # -- structure ----------------------------------------------------------------------------------
     @property
@@ -393,7 +394,7 @@ class TrajectoryWriter:
         self._validated.add(key)
 
     def _submit(self, table: str, item: tuple[Any, ...], timeout_ms: int | None) -> None:
-        if not self._pending and self._transport.try_insert(table, (item,)) == 1:
+        if not self._pending and self._stream.try_insert(table, (item,)) == 1:
             return
         with self._cv:
             if len(self._pending) >= self._max_pending:
@@ -424,7 +425,7 @@ class TrajectoryWriter:
                 table, item = self._pending[0]
             try:
                 # Wait in short slices so that close() is noticed.
-                self._transport.insert(table, [item], Deadline.after(0.5))
+                self._stream.insert(table, [item], Deadline.after(0.5))
             except errors.RateLimiterTimeout:
                 continue
             except BaseException as e:  # noqa: BLE001 - handed to the user's next call
@@ -443,10 +444,18 @@ class TrajectoryWriter:
             raise errors.FailedPreconditionError(
                 f"The writer could not deliver an item and stopped: {err}") from err
 
+    def _keep_keys(self) -> set[int]:
+        """Keys of chunks that items created later may still refer to (live refs)."""
+        keys: set[int] = set()
+        for col in self._columns:
+            for r in col.chunker._live:
+                keys.add(r.chunk.key)
+        return keys
+
     @property
     def num_pending_items(self) -> int:
-        """Items created but not yet accepted by the server."""
-        return len(self._pending)
+        """Items created but not yet confirmed by the server."""
+        return len(self._pending) + self._stream.pending()
 
     # -- flush / episodes -----------------------------------------------------------------------------
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
@@ -465,16 +474,27 @@ class TrajectoryWriter:
             raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
         self._check_usable()
         deadline = _timeout_from_ms(timeout_ms)
+        n = block_until_num_items
         with self._cv:
-            while len(self._pending) > block_until_num_items:
+            while len(self._pending) + self._stream.pending() > n:
                 self._raise_error()
                 r = deadline.remaining()
                 if r is not None and r <= 0:
                     raise errors.DeadlineExceededError(
                         "Flush call did not complete within provided timeout of "
                         f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
-                        f"({len(self._pending)} items waiting to be written).")
-                self._cv.wait(0.5 if r is None else min(r, 0.5))
+                        f"({len(self._pending)} items waiting to be written, "
+                        f"{self._stream.pending()} awaiting confirmation).")
+                if self._pending:
+                    self._cv.wait(0.05 if r is None else min(r, 0.05))
+                else:
+                    self._cv.release()
+                    try:
+                        self._stream.wait(n, Deadline.after(r) if r is not None else Deadline.never())
+                    except errors.DeadlineExceededError:
+                        pass  # reported by the loop above with Reverb's message
+                    finally:
+                        self._cv.acquire()
             self._raise_error()
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
@@ -539,6 +559,7 @@ class TrajectoryWriter:
             worker = self._worker
         if worker is not None:
             worker.join(timeout=5)
+        self._stream.close()
         self._release_spare_rows()
         if n:
             _log.warning("TrajectoryWriter closed with %d items not delivered; call flush() "

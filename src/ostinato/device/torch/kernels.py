@@ -109,16 +109,32 @@ class TorchKernels:
         return torch.searchsorted(rows, values.unsqueeze(1)).squeeze(1)
 
     @staticmethod
-    def cumsum(a: torch.Tensor, out: torch.Tensor) -> None:
-        torch.cumsum(a, 0, out=out)
+    def _exact_steps(values: torch.Tensor, sums: torch.Tensor, dim: int) -> torch.Tensor:
+        # On accelerators cumsum is a parallel scan: rounding may make the boundary after
+        # a zero value differ from the one before it, and a zero child selectable. The
+        # running max over the boundaries of positive values is exact, non-decreasing,
+        # and repeats the previous boundary at every zero.
+        sums = torch.where(values > 0, sums, -torch.inf)
+        return torch.cummax(sums, dim).values.clamp_(min=0)
 
-    @staticmethod
-    def cumsum_rows(rows: torch.Tensor, out: torch.Tensor) -> None:
-        torch.cumsum(rows, 1, out=out)
+    def cumsum(self, a: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(self._exact_steps(a, torch.cumsum(a, 0), 0))
+
+    def cumsum_rows(self, rows: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(self._exact_steps(rows, torch.cumsum(rows, 1), 1))
 
     @staticmethod
     def min_rows(rows: torch.Tensor) -> torch.Tensor:
         return rows.amin(1)
+
+    @staticmethod
+    def sum_rows(rows: torch.Tensor) -> torch.Tensor:
+        return rows.sum(1)
+
+    @staticmethod
+    def min_positive_rows(rows: torch.Tensor) -> torch.Tensor:
+        """Row minima over the positive entries (``inf`` for a row without any)."""
+        return torch.where(rows > 0, rows, torch.inf).amin(1)
 
     # gathers and scatters
     @staticmethod
@@ -173,9 +189,8 @@ class NumpyKernels:
 
     def asarray(self, value: Any, dtype: torch.dtype | None = None) -> np.ndarray:
         if isinstance(value, torch.Tensor):
-            if value.device.type == "cpu" and (dtype is None or value.dtype == dtype):
-                if not value.requires_grad:
-                    return value.numpy()
+            if value.is_cpu and (dtype is None or value.dtype == dtype) and not value.requires_grad:
+                return value.numpy()
             value = value.detach().cpu()
             if dtype is not None:
                 value = value.to(dtype)
@@ -215,7 +230,11 @@ class NumpyKernels:
 
     @staticmethod
     def maximum_out(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        np.maximum(a, b, out=out)
+        value = float(b)  # scalars: plain Python is cheaper than a numpy ufunc call
+        if not value <= float(a):  # also lets NaN through, like np.maximum
+            out[()] = value
+        elif out is not a:
+            out[()] = a
 
     @staticmethod
     def float32(a: np.ndarray) -> np.ndarray:
@@ -253,6 +272,8 @@ class NumpyKernels:
 
     @staticmethod
     def cumsum(a: np.ndarray, out: np.ndarray) -> None:
+        # torch's CPU cumsum adds sequentially, so the boundary after a zero value is
+        # exactly the one before it (what keeps zero leaves unselectable).
         # numpy's accumulate is scalar (~3 ns an element); torch's kernel is vectorised and,
         # below 32k elements, runs on the calling thread.
         torch.cumsum(torch.from_numpy(a), 0, out=torch.from_numpy(out))
@@ -265,6 +286,24 @@ class NumpyKernels:
     @staticmethod
     def min_rows(rows: np.ndarray) -> np.ndarray:
         return torch.from_numpy(rows).amin(1).numpy()
+
+    @staticmethod
+    def sum_rows(rows: np.ndarray) -> np.ndarray:
+        # The same sequential order as cumsum_rows, so a block total equals the last
+        # prefix sum of its children exactly.
+        return torch.from_numpy(rows).cumsum(1)[:, -1].numpy()
+
+    @staticmethod
+    def min_positive_rows(rows: np.ndarray) -> np.ndarray:
+        """Row minima over the positive entries (``inf`` for a row without any)."""
+        # Non-negative floats order like their bit patterns; subtracting 1 as unsigned
+        # sends 0 to the largest value, so one integer min skips the zeros (2x faster
+        # than masking with inf). A row of zeros wraps back to 0, then becomes inf.
+        bits = np.dtype(f"u{rows.dtype.itemsize}")
+        one = bits.type(1)
+        low = ((rows.view(bits) - one).min(1) + one).view(rows.dtype)
+        low[low == 0] = np.inf
+        return low
 
     @staticmethod
     def take(a: np.ndarray, index: np.ndarray) -> np.ndarray:

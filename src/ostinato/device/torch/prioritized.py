@@ -17,9 +17,9 @@ from ostinato.device.torch.sum_tree import SumMinTree
 class PrioritizedSampler:
     """Stratified proportional sampling with importance weights, on the buffer's device.
 
-    Each row's leaf holds ``priority ** alpha``; a zero priority is stored as the dtype's
-    smallest normal number, so such a row is drawn only when every row has priority zero
-    (then uniformly, with weight 1). New rows get ``max_priority ** alpha``, where
+    Each row's leaf holds ``priority ** alpha``; a zero priority is stored as a value just
+    above the dtype's smallest normal number (``tiny / eps``), so such a row is drawn only
+    when every row has priority zero (then uniformly, with weight 1). New rows get ``max_priority ** alpha``, where
     ``max_priority`` starts at 1 and is the largest priority ever given (MindSpore's rule).
 
     Sampling splits the total mass into ``count`` equal strata, draws one mass uniformly
@@ -59,9 +59,13 @@ class PrioritizedSampler:
         self.capacity = self.tree.capacity
         self.dtype = tree_dtype
         self.validate = bool(validate)
-        self._floor = torch.finfo(tree_dtype).tiny
+        info = torch.finfo(tree_dtype)
+        # Zero priorities are stored as this; far enough above the smallest normal number
+        # that masses derived from it (total / count) stay normal.
+        self._floor = info.tiny / info.eps
         self._max_priority = ops.view(torch.ones((), dtype=tree_dtype, device=self.device))
         self._max_leaf = ops.view(torch.ones((), dtype=tree_dtype, device=self.device))
+        self._max_leaf_stale = False
         self._strata: Any = None
 
     # ------------------------------------------------------------------ helpers
@@ -81,9 +85,8 @@ class PrioritizedSampler:
 
     def _raise_max(self, priorities: Any) -> None:
         if priorities.shape[0]:
-            ops = self.ops
-            ops.maximum_out(self._max_priority, priorities.max(), out=self._max_priority)
-            ops.pow_out(self._max_priority, self.alpha, out=self._max_leaf)
+            self.ops.maximum_out(self._max_priority, priorities.max(), out=self._max_priority)
+            self._max_leaf_stale = True  # recomputed by the next insert that needs it
 
     # ------------------------------------------------------------------ writes
     def new_leaves(self, priority: Any, rows: int) -> Any:
@@ -121,6 +124,9 @@ class PrioritizedSampler:
             leaves: :meth:`new_leaves` output (``None``: the running maximum).
         """
         tree = self.tree
+        if leaves is None and self._max_leaf_stale:
+            self.ops.pow_out(self._max_priority, self.alpha, out=self._max_leaf)
+            self._max_leaf_stale = False
         for seg in segments:
             if leaves is None:
                 tree.set_range(seg.slot, self.ops.expand(self._max_leaf, seg.length))
@@ -188,6 +194,7 @@ class PrioritizedSampler:
         self.tree.clear()
         self._max_priority[...] = 1.0
         self._max_leaf[...] = 1.0
+        self._max_leaf_stale = False
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -209,5 +216,5 @@ class PrioritizedSampler:
             raise ValueError(f"state alpha ({state['alpha']}) differs from alpha ({self.alpha})")
         self.tree.load_state_dict(state["tree"])
         self._max_priority[...] = float(state["max_priority"])
-        self.ops.pow_out(self._max_priority, self.alpha, out=self._max_leaf)
+        self._max_leaf_stale = True
         self.ops.set_state(state["generator"])

@@ -9,11 +9,12 @@ This tree is shallow and wide:
   slots that is two levels (leaves, then 7813 block totals); up to 8192 slots, one.
 * the top is searched through its full prefix sum (one cumsum, redone only after a write,
   and one ``searchsorted`` for the whole batch);
-* each lower level stores, per block, the inclusive prefix sums of its children (rows of
-  ``fanout``). A descent step gathers each query's row and counts the boundaries below
-  the query's mass; a child whose value is zero has the same boundary as its left
-  neighbour, so it can never be chosen while the mass is positive;
-* a batch update writes the leaves and recomputes each touched block's prefix row from its
+* a descent step gathers the ``fanout`` children of each query's node, takes their prefix
+  sums and counts the boundaries below the query's mass; a child whose value is zero has
+  the same boundary as its left neighbour, so it can never be chosen while the mass is
+  positive (torch's CPU cumsum adds sequentially, which makes that exact; on accelerators
+  the kernels enforce it);
+* a batch update writes the leaves and recomputes each touched block's total from its
   children (never by adding deltas, so rounding does not accumulate), level by level;
 * contiguous writes (inserts) only write leaves and record the range on the host; the
   blocks above are rebuilt for the whole range on the next read, so a single-row insert
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from ostinato.device._checks import positive_int
+from ostinato.device.torch.device import full as alloc
 from ostinato.device.torch.kernels import kernels_for
 
 
@@ -85,7 +87,7 @@ class SumMinTree:
         self.depth = len(sizes) - 1  # levels below the top
 
         def full(shape: Any, value: float, dt: torch.dtype = dtype) -> Any:
-            return ops.view(torch.full(shape, value, dtype=dt, device=device))
+            return ops.view(alloc(tuple(shape), value, dt, device))
 
         # Leaves get one spare slot past the end that absorbs dropped writes (stale
         # indices, superseded duplicates) without a data-dependent branch.
@@ -94,7 +96,6 @@ class SumMinTree:
         self.values = [self._leaves[: sizes[0]]] + [full((n,), 0.0) for n in sizes[1:]]
         # mins[h] (h >= 1): minimum over the positive leaves below each node at height h.
         self.mins = [None] + [full((n,), math.inf) for n in sizes[1:]]
-        self.prefix = [full((sizes[h + 1], k), 0.0) for h in range(self.depth)]
         self._ctop = full((sizes[-1] + 1,), 0.0)  # [0, cumsum of the top]
         self._top_dirty = False
         self._scratch = full((sizes[0] + 1,), 0, torch.long) if ops.name == "torch" else None
@@ -143,8 +144,9 @@ class SumMinTree:
         if self.depth == 0:
             return node
         mass = mass - ops.take(ctop, node)
+        rows = self._rows_for(mass.shape[0])
         for h in range(self.depth - 1, -1, -1):
-            rows = ops.take(self.prefix[h], node)
+            ops.cumsum_rows(ops.take(self.values[h].reshape(-1, k), node), out=rows)
             # Capping at the row total keeps rounding between levels from carrying a query
             # past the last positive child, and so the count of boundaries strictly below
             # the mass is a child in [0, k).
@@ -173,23 +175,22 @@ class SumMinTree:
         self.ops.scatter_last(self._leaves, index, value, keep, self._scratch, self.trash)
         self._rebuild(index)
 
-    def _rebuild(self, index: Any) -> None:
-        ops, k, n = self.ops, self.fanout, index.shape[0]
+    def _rows_for(self, n: int) -> Any:
         if self._rows.shape[0] < n:
-            self._rows = ops.view(torch.zeros((n, k), dtype=self.dtype, device=self.device))
-        rows = self._rows[:n]
+            self._rows = self.ops.view(alloc((n, self.fanout), 0, self.dtype, self.device))
+        return self._rows[:n]
+
+    def _rebuild(self, index: Any) -> None:
+        ops, k = self.ops, self.fanout
         node = index
         for h in range(self.depth):
             node = node // k
             children = ops.take(self.values[h].reshape(-1, k), node)
-            ops.cumsum_rows(children, out=rows)
-            self.prefix[h][node] = rows
-            self.values[h + 1][node] = rows[:, k - 1]
+            self.values[h + 1][node] = ops.sum_rows(children)
             if h == 0:
-                children = ops.where(children > 0, children, math.inf)
+                self.mins[1][node] = ops.min_positive_rows(children)
             else:
-                children = ops.take(self.mins[h].reshape(-1, k), node)
-            self.mins[h + 1][node] = ops.min_rows(children)
+                self.mins[h + 1][node] = ops.min_rows(ops.take(self.mins[h].reshape(-1, k), node))
         self._top_dirty = True
 
     def set_range(self, start: int, value: Any) -> None:
@@ -221,21 +222,18 @@ class SumMinTree:
             for h in range(self.depth):
                 lo, hi = lo // k, (hi - 1) // k + 1
                 children = self.values[h].reshape(-1, k)[lo:hi]
-                rows = self.prefix[h][lo:hi]
-                ops.cumsum_rows(children, out=rows)
-                self.values[h + 1][lo:hi] = rows[:, k - 1]
+                self.values[h + 1][lo:hi] = ops.sum_rows(children)
                 if h == 0:
-                    children = ops.where(children > 0, children, math.inf)
+                    self.mins[1][lo:hi] = ops.min_positive_rows(children)
                 else:
-                    children = self.mins[h].reshape(-1, k)[lo:hi]
-                self.mins[h + 1][lo:hi] = ops.min_rows(children)
+                    self.mins[h + 1][lo:hi] = ops.min_rows(self.mins[h].reshape(-1, k)[lo:hi])
         self._dirty = []
         self._top_dirty = True
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
         self._dirty = []
-        for a in [self._leaves, *self.values[1:], *self.prefix, self._ctop]:
+        for a in [self._leaves, *self.values[1:], self._ctop]:
             a[...] = 0
         for a in self.mins[1:]:
             a[...] = math.inf

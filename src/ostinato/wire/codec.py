@@ -1,0 +1,289 @@
+"""Encoding of Ostinato's wire messages: msgpack envelopes carrying raw tensor bytes.
+
+Every RPC payload is one msgpack map (never pickle). Tensor data travels as *segments*: a run
+of rows of one chunk, as raw little-endian C-order bytes (optionally zstd-compressed), with its
+dtype and row shape. A writer sends each row once; the server stores segments as received and
+sends the same bytes to samplers; only clients decode them.
+
+Segment (map): ``k`` chunk key, ``e`` episode id, ``s`` first row, ``n`` rows, ``d`` dtype
+string (numpy ``dtype.str``, or ``"O"`` for strings/bytes), ``h`` row shape, ``c`` codec
+(0 raw, 1 zstd), ``b`` payload.
+
+Decoding validates every field and raises :class:`DecodeError` (a ``ValueError``) on anything
+malformed, so a hostile message can never crash the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from ostinato import types as t
+
+RAW = 0
+ZSTD = 1
+#: Segments smaller than this are never compressed.
+COMPRESS_MIN_BYTES = 2048
+MAX_DIMS = 32
+_ALLOWED_KINDS = set("biufcO")
+
+
+class DecodeError(ValueError):
+    """A wire message was malformed."""
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # noqa: BLE001 - any parse failure is a malformed message
+        raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from None
+
+
+# -- small validators ---------------------------------------------------------------------------
+def req(msg: Any, key: str, typ: type | tuple[type, ...], what: str = "message") -> Any:
+    if not isinstance(msg, dict):
+        raise DecodeError(f"{what} must be a map, got {type(msg).__name__}")
+    if key not in msg:
+        raise DecodeError(f"{what} lacks field {key!r}")
+    v = msg[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise DecodeError(f"{what} field {key!r} has type {type(v).__name__}")
+    return v
+
+
+def u64(v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**64:
+        raise DecodeError(f"{what} must be an unsigned 64-bit integer, got {v!r}")
+    return v
+
+
+# -- dtypes -------------------------------------------------------------------------------------
+def dtype_to_wire(dtype: np.dtype) -> str:
+    return "O" if dtype.kind == "O" else dtype.str
+
+
+def dtype_from_wire(s: Any) -> np.dtype:
+    if not isinstance(s, str) or len(s) > 8:
+        raise DecodeError(f"bad dtype {s!r}")
+    try:
+        d = np.dtype(s)
+    except TypeError:
+        raise DecodeError(f"bad dtype {s!r}") from None
+    if d.kind not in _ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None:
+        raise DecodeError(f"unsupported dtype {s!r}")
+    return d
+
+
+def shape_from_wire(h: Any) -> tuple[int, ...]:
+    if not isinstance(h, list) or len(h) > MAX_DIMS:
+        raise DecodeError(f"bad shape {h!r}")
+    for d in h:
+        if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d < 2**31:
+            raise DecodeError(f"bad shape {h!r}")
+    return tuple(h)
+
+
+# -- segments -----------------------------------------------------------------------------------
+def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes]:
+    """Returns (codec, payload) for rows of one chunk."""
+    if rows.dtype.kind == "O":
+        items = [x if isinstance(x, (bytes, str)) else bytes(x) for x in rows.reshape(-1).tolist()]
+        payload = pack(items)
+    else:
+        payload = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
+    if compress and len(payload) >= COMPRESS_MIN_BYTES:
+        z = _zstd_compressor().compress(payload)
+        if len(z) < 0.9 * len(payload):
+            return ZSTD, z
+    return RAW, payload
+
+
+def make_segment(key: int, episode_id: int, start: int, rows: np.ndarray, compress: bool) -> dict:
+    codec, payload = encode_rows(rows, compress)
+    return {"k": key, "e": episode_id, "s": start, "n": int(rows.shape[0]),
+            "d": dtype_to_wire(rows.dtype), "h": list(rows.shape[1:]), "c": codec, "b": payload}
+
+
+@dataclasses.dataclass
+class Segment:
+    """A validated segment (payload still encoded)."""
+
+    key: int
+    episode_id: int
+    start: int
+    nrows: int
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+    codec: int
+    payload: bytes
+    raw: dict  # the message as received, re-sent verbatim to samplers
+
+    def decode(self) -> np.ndarray:
+        return decode_payload(self.codec, self.payload, self.dtype, self.row_shape, self.nrows)
+
+
+def parse_segment(m: Any, max_bytes: int) -> Segment:
+    what = "segment"
+    key = u64(req(m, "k", int, what), "chunk key")
+    ep = u64(req(m, "e", int, what), "episode id")
+    start = req(m, "s", int, what)
+    n = req(m, "n", int, what)
+    if not 0 <= start < 2**40 or not 1 <= n < 2**31:
+        raise DecodeError(f"segment rows out of range (start {start}, rows {n})")
+    dtype = dtype_from_wire(req(m, "d", str, what))
+    shape = shape_from_wire(req(m, "h", list, what))
+    codec = req(m, "c", int, what)
+    if codec not in (RAW, ZSTD):
+        raise DecodeError(f"unknown codec {codec}")
+    payload = req(m, "b", bytes, what)
+    if len(payload) > max_bytes:
+        raise DecodeError(f"segment of {len(payload)} bytes exceeds the limit of {max_bytes}")
+    if codec == RAW and dtype.kind != "O":
+        expect = n * dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        if len(payload) != expect:
+            raise DecodeError(f"segment payload has {len(payload)} bytes, expected {expect}")
+    return Segment(key, ep, start, n, dtype, shape, codec, payload, m)
+
+
+def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple[int, ...],
+                   nrows: int) -> np.ndarray:
+    if codec == ZSTD:
+        expect = None if dtype.kind == "O" else nrows * dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        try:
+            payload = _zstd_decompressor().decompress(payload, max_output_size=expect or 0) \
+                if expect else _zstd_decompressor().decompress(payload)
+        except Exception as e:  # noqa: BLE001
+            raise DecodeError(f"corrupt compressed segment: {e}") from None
+    if dtype.kind == "O":
+        items = unpack(payload)
+        if not isinstance(items, list) or len(items) != nrows * int(np.prod(row_shape, dtype=np.int64)):
+            raise DecodeError("bad string segment")
+        arr = np.empty(len(items), dtype=object)
+        arr[:] = [x.encode() if isinstance(x, str) else x for x in items]
+        return arr.reshape((nrows, *row_shape))
+    try:
+        arr = np.frombuffer(payload, dtype=dtype.newbyteorder("<"))
+        return arr.reshape((nrows, *row_shape)).astype(dtype.newbyteorder("="), copy=False)
+    except ValueError as e:
+        raise DecodeError(f"segment payload does not match its dtype/shape: {e}") from None
+
+
+_ZC: Any = None
+_ZD: Any = None
+
+
+def _zstd_compressor() -> Any:
+    global _ZC
+    if _ZC is None:
+        import zstandard
+
+        _ZC = zstandard.ZstdCompressor(level=1)
+    return _ZC
+
+
+def _zstd_decompressor() -> Any:
+    global _ZD
+    if _ZD is None:
+        import zstandard
+
+        _ZD = zstandard.ZstdDecompressor()
+    return _ZD
+
+
+# -- signatures (nests of specs) -----------------------------------------------------------------
+def encode_nest(obj: Any) -> Any:
+    """A nest of TensorSpecs (dict / list / tuple / None) as msgpack-able data."""
+    if obj is None:
+        return None
+    if t.is_spec_like(obj):
+        s = t.TensorSpec.from_spec(obj)
+        return {"spec": [[-1 if d is None else d for d in s.shape], dtype_to_wire(s.dtype), s.name]}
+    if isinstance(obj, dict):
+        return {"dict": [[k, encode_nest(v)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"tuple": [encode_nest(v) for v in obj]}
+    if isinstance(obj, list):
+        return {"list": [encode_nest(v) for v in obj]}
+    raise ValueError(f"cannot encode signature element {obj!r}")
+
+
+def decode_nest(m: Any, depth: int = 0) -> Any:
+    if depth > 64:
+        raise DecodeError("signature nested too deeply")
+    if m is None:
+        return None
+    if not isinstance(m, dict) or len(m) != 1:
+        raise DecodeError("bad signature element")
+    (kind, v), = m.items()
+    if kind == "spec":
+        if not isinstance(v, list) or len(v) != 3:
+            raise DecodeError("bad spec")
+        dims = v[0]
+        if not isinstance(dims, list) or len(dims) > MAX_DIMS or not all(
+                isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**31 for d in dims):
+            raise DecodeError(f"bad spec shape {dims!r}")
+        shape = [None if d == -1 else d for d in dims]
+        return t.TensorSpec(shape, dtype_from_wire(v[1]), v[2] if isinstance(v[2], str) else None)
+    if kind == "dict":
+        return {k: decode_nest(x, depth + 1) for k, x in v}
+    if kind == "tuple":
+        return tuple(decode_nest(x, depth + 1) for x in v)
+    if kind == "list":
+        return [decode_nest(x, depth + 1) for x in v]
+    raise DecodeError(f"bad signature element kind {kind!r}")
+
+
+# -- table info ----------------------------------------------------------------------------------
+def encode_options(o: t.KeyDistributionOptions) -> dict:
+    return {"which": o.WhichOneof("distribution"),
+            "exp": o.prioritized.priority_exponent if o.prioritized else None,
+            "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
+
+
+def decode_options(m: dict) -> t.KeyDistributionOptions:
+    which = m.get("which")
+    if which == "prioritized":
+        return t.KeyDistributionOptions(prioritized=t.PrioritizedOptions(float(m["exp"])))
+    if which == "heap":
+        return t.KeyDistributionOptions(heap=t.HeapOptions(bool(m["min_heap"])), is_deterministic=True)
+    if which in ("fifo", "lifo", "uniform"):
+        return t.KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
+    raise DecodeError(f"unknown selector {which!r}")
+
+
+def encode_table_info(i: t.TableInfo) -> dict:
+    r = i.rate_limiter_info
+    return {
+        "name": i.name, "sampler": encode_options(i.sampler_options),
+        "remover": encode_options(i.remover_options), "max_size": i.max_size,
+        "max_times_sampled": i.max_times_sampled,
+        "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
+               r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
+        "signature": encode_nest(i.signature), "current_size": i.current_size,
+        "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
+        "num_unique_samples": i.num_unique_samples,
+    }
+
+
+def decode_table_info(m: dict) -> t.TableInfo:
+    try:
+        rl = m["rl"]
+        return t.TableInfo(
+            name=m["name"], sampler_options=decode_options(m["sampler"]),
+            remover_options=decode_options(m["remover"]), max_size=m["max_size"],
+            max_times_sampled=m["max_times_sampled"],
+            rate_limiter_info=t.RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
+                                                t.RateLimiterCallStats(rl[4]),
+                                                t.RateLimiterCallStats(rl[5]), rl[6]),
+            signature=decode_nest(m["signature"]), current_size=m["current_size"],
+            num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
+            num_unique_samples=m["num_unique_samples"])
+    except (KeyError, IndexError, TypeError) as e:
+        raise DecodeError(f"bad table info: {e}") from None

@@ -1,0 +1,397 @@
+"""The gRPC service: serves a :class:`~ostinato.server.Server`'s tables to remote clients.
+
+Methods of service ``ostinato.Replay`` (all payloads are msgpack maps, see :mod:`codec`):
+
+* ``Insert`` (stream-stream): each request carries new row segments, items and the chunk keys
+  the writer still needs; each reply confirms how many items of one request were stored.
+* ``Sample``, ``Mutate``, ``Reset``, ``ServerInfo``, ``Checkpoint`` (unary).
+
+A malformed request gets ``INVALID_ARGUMENT`` and changes nothing; other clients are not
+affected. Calls that wait on a rate limiter wait in short slices and give up when the client
+goes away, so a dead client never pins a server thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import numpy as np
+
+from ostinato import errors
+from ostinato.core import items as items_lib
+from ostinato.core.chunk_store import Chunk
+from ostinato.core.deadline import Deadline
+from ostinato.types import dtype_name, shape_str
+from ostinato.wire import codec
+from ostinato.wire.codec import DecodeError
+from ostinato.wire.status import abort_with
+
+_log = logging.getLogger(__name__)
+
+SERVICE = "ostinato.Replay"
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+_WAIT_SLICE = 0.5  # seconds between checks that the client is still there
+
+
+class SegmentedRows:
+    """Server-side data of a chunk that arrived over the network: its segments, in row order."""
+
+    __slots__ = ("segments", "starts", "end", "dtype", "row_shape")
+
+    def __init__(self, dtype: np.dtype, row_shape: tuple[int, ...]):
+        self.segments: list[codec.Segment] = []
+        self.starts: list[int] = []
+        self.end = 0
+        self.dtype = dtype
+        self.row_shape = row_shape
+
+    def add(self, seg: codec.Segment) -> None:
+        if seg.start != self.end:
+            raise DecodeError(f"chunk {seg.key}: segment starts at row {seg.start}, expected {self.end}")
+        if seg.dtype != self.dtype or seg.row_shape != self.row_shape:
+            raise DecodeError(f"chunk {seg.key}: segment dtype/shape differs from earlier segments")
+        self.segments.append(seg)
+        self.starts.append(seg.start)
+        self.end += seg.nrows
+
+    def covering(self, offset: int, length: int) -> list[tuple[codec.Segment, int, int]]:
+        """Segments holding rows [offset, offset + length): (segment, local offset, rows)."""
+        out = []
+        i = bisect.bisect_right(self.starts, offset) - 1
+        row, left = offset, length
+        while left > 0:
+            seg = self.segments[i]
+            local = row - seg.start
+            n = min(left, seg.nrows - local)
+            out.append((seg, local, n))
+            row += n
+            left -= n
+            i += 1
+        return out
+
+    def decode(self) -> np.ndarray:  # used if an in-process client samples network-written data
+        return np.concatenate([s.decode() for s in self.segments])
+
+
+def _nbytes(data: Any) -> int:
+    return sum(len(s.payload) for s in data.segments)
+
+
+class ReplayService:
+    """Handlers of the ``ostinato.Replay`` service for one server."""
+
+    def __init__(self, server: Any, *, token: str | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        self._server = server
+        self._token = token
+        self._max_bytes = max_message_bytes
+        self.active_streams = 0
+        self._lock = threading.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _authorize(self, context: grpc.ServicerContext) -> None:
+        if self._token is None:
+            return
+        md = dict(context.invocation_metadata())
+        if md.get("authorization") != f"Bearer {self._token}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+
+    def _table(self, name: Any) -> Any:
+        if not isinstance(name, str):
+            raise DecodeError(f"table name must be a string, got {type(name).__name__}")
+        t = self._server.tables_by_name.get(name)
+        if t is None:
+            raise errors.TableNotFoundError(name, list(self._server.tables_by_name))
+        return t
+
+    def _unary(self, fn: Any) -> Any:
+        def handler(raw: bytes, context: grpc.ServicerContext) -> bytes:
+            self._authorize(context)
+            try:
+                return codec.pack(fn(codec.unpack(raw), context))
+            except grpc.RpcError:
+                raise
+            except Exception as e:  # noqa: BLE001 - every error goes back to the caller
+                if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
+                    _log.exception("internal error in %s", getattr(fn, "__name__", fn))
+                abort_with(context, e)
+                raise  # unreachable: abort raises
+        return handler
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        ident = None  # bytes in, bytes out
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "Insert": grpc.stream_stream_rpc_method_handler(self.insert, ident, ident),
+            "Sample": grpc.unary_unary_rpc_method_handler(self._unary(self.sample)),
+            "Mutate": grpc.unary_unary_rpc_method_handler(self._unary(self.mutate)),
+            "Reset": grpc.unary_unary_rpc_method_handler(self._unary(self.reset)),
+            "ServerInfo": grpc.unary_unary_rpc_method_handler(self._unary(self.server_info)),
+            "Checkpoint": grpc.unary_unary_rpc_method_handler(self._unary(self.checkpoint)),
+        })
+
+    def _wait_slices(self, fn: Any, timeout_ms: Any, context: grpc.ServicerContext) -> Any:
+        """Runs ``fn(slice_seconds)`` until it stops timing out, the deadline passes or the
+        client leaves."""
+        if timeout_ms is not None and (not isinstance(timeout_ms, (int, float)) or timeout_ms < 0):
+            raise DecodeError(f"timeout_ms must be None or >= 0, got {timeout_ms!r}")
+        deadline = Deadline.from_ms(timeout_ms)
+        while True:
+            r = deadline.remaining()
+            try:
+                return fn(_WAIT_SLICE if r is None else min(r, _WAIT_SLICE))
+            except errors.RateLimiterTimeout:
+                if deadline.expired() or not context.is_active():
+                    raise
+                if r is not None and r <= _WAIT_SLICE:
+                    raise
+
+    # -- insert -------------------------------------------------------------------------------
+    def insert(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        self._authorize(context)
+        chunks: dict[int, Chunk] = {}
+        with self._lock:
+            self.active_streams += 1
+        try:
+            for raw in request_iterator:
+                try:
+                    n = self._insert_message(codec.unpack(raw), chunks, context)
+                except grpc.RpcError:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
+                        _log.exception("internal error in Insert")
+                    abort_with(context, e)
+                if n is None:  # the client went away while we waited
+                    return
+                yield codec.pack({"n": n})
+        finally:
+            chunks.clear()
+            with self._lock:
+                self.active_streams -= 1
+
+    def _insert_message(self, msg: Any, chunks: dict[int, Chunk], context: grpc.ServicerContext) -> int | None:
+        if not isinstance(msg, dict):
+            raise DecodeError("insert request must be a map")
+        for m in msg.get("seg", ()):
+            seg = codec.parse_segment(m, self._max_bytes)
+            c = chunks.get(seg.key)
+            if c is None:
+                c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id, nbytes=0,
+                          spec=(seg.dtype, seg.row_shape))
+                chunks[seg.key] = c
+            c.data.add(seg)
+            c.nbytes += len(seg.payload)
+        tables = msg.get("t", [])
+        if not isinstance(tables, list):
+            raise DecodeError("field 't' must be a list of table names")
+        table_objs = [self._table(name) for name in tables]
+        per_table: dict[int, list[tuple[Any, ...]]] = {}
+        for it in msg.get("i", ()):
+            if not isinstance(it, list) or len(it) != 5:
+                raise DecodeError("an item must be [table, key, priority, columns, squeeze]")
+            ti, key, prio, cols, sq = it
+            if not isinstance(ti, int) or not 0 <= ti < len(table_objs):
+                raise DecodeError(f"item names table index {ti!r} of {len(table_objs)}")
+            key = codec.u64(key, "item key")
+            if not isinstance(prio, (int, float)) or isinstance(prio, bool):
+                raise DecodeError(f"priority must be a number, got {prio!r}")
+            packed, squeeze = self._item_columns(cols, sq, chunks)
+            self._check_signature(table_objs[ti], packed, squeeze)
+            per_table.setdefault(ti, []).append((key, float(prio), packed, squeeze))
+        for ti, items in per_table.items():
+            for it in items:
+                table_objs[ti].validate_priority(it[1])
+        n = 0
+        for ti, items in per_table.items():
+            table = table_objs[ti]
+            rest = items
+            while rest:
+                try:
+                    table.insert_many(rest, Deadline.after(_WAIT_SLICE), assign=False)
+                    n += len(rest)
+                    rest = []
+                except errors.RateLimiterTimeout as e:
+                    done = len(getattr(e, "inserted", ()))
+                    n += done
+                    rest = rest[done:]
+                    if not context.is_active():
+                        return None
+        keep = msg.get("keep", ())
+        if not isinstance(keep, list):
+            raise DecodeError("field 'keep' must be a list of chunk keys")
+        keep_set = set(keep)
+        for k in [k for k in chunks if k not in keep_set]:
+            del chunks[k]
+        return n
+
+    def _item_columns(self, cols: Any, sq: Any, chunks: dict[int, Chunk]) -> tuple[Any, tuple[bool, ...]]:
+        if not isinstance(cols, list) or not cols or len(cols) > 100_000:
+            raise DecodeError("an item needs a non-empty list of columns")
+        if not isinstance(sq, list) or len(sq) != len(cols):
+            raise DecodeError("an item needs one squeeze flag per column")
+        columns = []
+        for col in cols:
+            if not isinstance(col, list) or not col or len(col) % 3:
+                raise DecodeError("a column is a flat list of (chunk key, offset, length) triples")
+            slices = []
+            for i in range(0, len(col), 3):
+                ck, off, ln = col[i], col[i + 1], col[i + 2]
+                c = chunks.get(ck) if isinstance(ck, int) else None
+                if c is None:
+                    raise DecodeError(f"item refers to chunk {ck!r}, which this stream did not send")
+                if not isinstance(off, int) or not isinstance(ln, int) or off < 0 or ln < 1 \
+                        or off + ln > c.data.end:
+                    raise DecodeError(f"item refers to rows [{off}, {off}+{ln}) of chunk {ck}, "
+                                      f"which has {c.data.end} rows")
+                slices.append((c, off, ln))
+            columns.append(slices)
+        squeeze = items_lib.intern_squeeze([bool(x) for x in sq])
+        for s, col in zip(squeeze, columns):
+            if s and (len(col) != 1 or col[0][2] != 1):
+                raise DecodeError("a squeezed column must hold exactly one row")
+        return items_lib.pack(columns), squeeze
+
+    @staticmethod
+    def _check_signature(table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
+        sig = table.flat_signature
+        if sig is None:
+            return
+        cols = items_lib.columns(packed)
+        if len(cols) != len(sig):
+            raise errors.InvalidArgumentError(
+                f"Unable to create item in table '{table.name}': the trajectory has {len(cols)} "
+                f"columns but the table signature has {len(sig)} columns.")
+        for i, (col, spec, s) in enumerate(zip(cols, sig, squeeze)):
+            dtype, row_shape = col[0][0].spec
+            shape = row_shape if s else (sum(x[2] for x in col), *row_shape)
+            # Like Reverb, a whole-step column (legacy writer, Client.insert) may also match the
+            # signature of one step.
+            if dtype != spec.dtype or not (spec.is_compatible_with(shape) or (
+                    not s and spec.is_compatible_with(row_shape))):
+                raise errors.InvalidArgumentError(
+                    f"Unable to create item in table '{table.name}': the table expects column {i} "
+                    f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} tensor "
+                    f"but got a {dtype_name(dtype)} {shape_str(shape)} tensor.")
+
+    # -- sample ---------------------------------------------------------------------------------
+    def sample(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        table = self._table(codec.req(msg, "t", str))
+        n = codec.req(msg, "n", int)
+        if not 1 <= n <= 1_000_000:
+            raise DecodeError(f"num_samples ({n}) must be in [1, 1000000]")
+        batch = self._wait_slices(lambda s: table.sample(n, s), msg.get("to"), context)
+        return encode_sample_batch(batch)
+
+    # -- the rest ---------------------------------------------------------------------------------
+    def mutate(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        table = self._table(codec.req(msg, "t", str))
+        deletes = msg.get("d")
+        keys = msg.get("k")
+        prios = msg.get("p")
+        n_del = 0
+        if deletes:
+            n_del = table.delete(_u64_array(deletes, "d"))
+        n_upd = 0
+        if keys is not None:
+            k = _u64_array(keys, "k")
+            p = _f64_array(prios, "p")
+            if len(k) != len(p):
+                raise DecodeError("keys and priorities differ in length")
+            n_upd = table.update_priorities(k, p)
+        return {"deleted": n_del, "updated": n_upd}
+
+    def reset(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        self._table(codec.req(msg, "t", str)).reset()
+        return {}
+
+    def server_info(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        return {"tables": [codec.encode_table_info(t.info)
+                           for t in self._server.tables_by_name.values()]}
+
+    def checkpoint(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        return {"path": self._server.checkpoint()}
+
+
+def _u64_array(b: Any, what: str) -> np.ndarray:
+    if not isinstance(b, bytes) or len(b) % 8:
+        raise DecodeError(f"field {what!r} must be packed uint64 keys")
+    return np.frombuffer(b, dtype="<u8")
+
+
+def _f64_array(b: Any, what: str) -> np.ndarray:
+    if not isinstance(b, bytes) or len(b) % 8:
+        raise DecodeError(f"field {what!r} must be packed float64 values")
+    return np.frombuffer(b, dtype="<f8").astype(np.float64)
+
+
+def encode_sample_batch(batch: items_lib.SampleBatch) -> dict:
+    """Sampled items with the row segments they need (each segment once)."""
+    seg_index: dict[tuple[int, int], int] = {}
+    segs: list[dict] = []
+    items = []
+    for packed in batch.trajectories:
+        cols = []
+        for col in items_lib.columns(packed):
+            flat: list[int] = []
+            for chunk, off, ln in col:
+                data = chunk.data
+                if isinstance(data, SegmentedRows):
+                    for seg, local, n in data.covering(off, ln):
+                        key = (chunk.key, seg.start)
+                        idx = seg_index.get(key)
+                        if idx is None:
+                            idx = seg_index[key] = len(segs)
+                            segs.append(seg.raw)
+                        flat += (idx, local, n)
+                else:  # written in-process: encode just the rows needed
+                    seg = codec.make_segment(chunk.key, chunk.episode_id, off, data[off:off + ln],
+                                             compress=True)
+                    flat += (len(segs), 0, ln)
+                    segs.append(seg)
+            cols.append(flat)
+        items.append(cols)
+    return {
+        "keys": batch.keys.astype("<u8").tobytes(),
+        "p": batch.probabilities.astype("<f8").tobytes(),
+        "sz": batch.table_sizes.astype("<i8").tobytes(),
+        "pr": batch.priorities.astype("<f8").tobytes(),
+        "ts": batch.times_sampled.astype("<i4").tobytes(),
+        "items": items,
+        "sq": [list(s) for s in batch.squeeze],
+        "segs": segs,
+    }
+
+
+def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
+                      tls: Any, max_message_bytes: int, max_workers: int) -> tuple[grpc.Server, int, ReplayService]:
+    """Starts serving; returns (grpc server, bound port, service). Raises ValueError if the
+    port cannot be bound."""
+    service = ReplayService(server, token=token, max_message_bytes=max_message_bytes)
+    options = [
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    gs = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                thread_name_prefix="ostinato-rpc"),
+                     options=options, maximum_concurrent_rpcs=None)
+    gs.add_generic_rpc_handlers((service.generic_handler(),))
+    target = f"{host}:{port}"
+    try:
+        if tls is not None:
+            creds = grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)])
+            bound = gs.add_secure_port(target, creds)
+        else:
+            bound = gs.add_insecure_port(target)
+    except RuntimeError as e:
+        raise ValueError(f"port ({port}) could not be bound on {host}: {e}") from None
+    if not bound:
+        raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
+    gs.start()
+    return gs, bound, service

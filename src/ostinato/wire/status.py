@@ -1,0 +1,92 @@
+"""The one place where Ostinato exceptions and gRPC status codes are mapped, both ways.
+
+The server sends the exception's class name in the trailing metadata (``ostinato-error``) and
+the message as the status details; the client rebuilds the same exception class from that
+field, never by matching message text. Unknown names fall back to the status code.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ostinato import errors
+
+ERROR_KEY = "ostinato-error"
+
+#: Exception class -> status code (first match in MRO order wins).
+_TO_CODE: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (errors.RateLimiterTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.TableNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (errors.CancelledError, grpc.StatusCode.CANCELLED),
+    (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (TypeError, grpc.StatusCode.INVALID_ARGUMENT),
+    (KeyError, grpc.StatusCode.NOT_FOUND),
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
+]
+
+#: Names the client may rebuild (only Ostinato's own classes).
+_BY_NAME: dict[str, type[errors.ReverbError]] = {
+    c.__name__: c for c in (
+        errors.RateLimiterTimeout, errors.DeadlineExceededError, errors.TableNotFoundError,
+        errors.CancelledError, errors.UnavailableError, errors.FailedPreconditionError,
+        errors.ResourceExhaustedError, errors.InvalidArgumentError)
+}
+
+_FROM_CODE: dict[grpc.StatusCode, type[errors.ReverbError]] = {
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
+    grpc.StatusCode.NOT_FOUND: errors.TableNotFoundError,
+    grpc.StatusCode.CANCELLED: errors.CancelledError,
+    grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
+    grpc.StatusCode.UNAUTHENTICATED: errors.FailedPreconditionError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.FailedPreconditionError,
+}
+
+
+def code_for(exc: BaseException) -> grpc.StatusCode:
+    for cls, code in _TO_CODE:
+        if isinstance(exc, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
+    """Ends the RPC with the status for ``exc`` (raises, as ``context.abort`` does)."""
+    name = type(exc).__name__ if type(exc).__name__ in _BY_NAME else ""
+    if isinstance(exc, errors.TableNotFoundError):
+        context.set_trailing_metadata(((ERROR_KEY, name), ("ostinato-table", exc.table),
+                                       ("ostinato-available", ",".join(exc.available))))
+    else:
+        context.set_trailing_metadata(((ERROR_KEY, name),))
+    context.abort(code_for(exc), str(exc) or type(exc).__name__)
+
+
+def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
+    """Rebuilds the Ostinato exception that the server raised (or a transport error)."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = err.details() if hasattr(err, "details") else str(err)
+    meta = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
+    name = meta.get(ERROR_KEY, "")
+    if name == "TableNotFoundError":
+        avail = [a for a in meta.get("ostinato-available", "").split(",") if a]
+        return errors.TableNotFoundError(meta.get("ostinato-table", "?"), avail)
+    cls = _BY_NAME.get(name)
+    if cls is not None and cls is not errors.UnavailableError:
+        return cls(details)
+    if code == grpc.StatusCode.UNAVAILABLE or cls is errors.UnavailableError:
+        return errors.UnavailableError(f"Server at {address} is unavailable: {details}", address)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return errors.DeadlineExceededError(f"Call to {address} exceeded its deadline: {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return errors.FailedPreconditionError(f"Server at {address} rejected the credentials: {details}")
+    fallback = _FROM_CODE.get(code)
+    if fallback is not None and fallback is not errors.TableNotFoundError:
+        return fallback(details)
+    return errors.ReverbError(f"{code.name if hasattr(code, 'name') else code}: {details}")
