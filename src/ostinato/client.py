@@ -35,7 +35,18 @@ class Client:
 
     Args:
       server_address: ``host:port`` of the server. A server running in this process at that
-        port is used directly (no sockets, no serialisation).
+        port is used directly (no sockets, no serialisation). Several addresses (a list, or
+        ``"h1:p1,h2:p2"``) make a sharded client that spreads work over all of them (see
+        :mod:`ostinato.transport.sharded`).
+      token: shared secret for servers started with ``token=``.
+      root_certificates: PEM root certificates, to connect over TLS.
+      tls_server_name: override of the name checked in the server's certificate.
+      compression: ``"zstd"`` (default; compress row data where it pays) or ``"none"``.
+      unavailable_timeout: seconds to retry, with backoff, while a server cannot be reached
+        before raising :class:`~ostinato.errors.UnavailableError` (which names the address).
+      max_message_bytes: largest message sent or received.
+      in_process: ``None`` uses an in-process server when there is one at the address,
+        ``False`` always goes over gRPC, ``True`` requires an in-process server.
 
     No connection is made at construction. Clients can be pickled (they are rebuilt from the
     address).
@@ -51,8 +62,12 @@ class Client:
                  compression: str = "zstd", unavailable_timeout: float = 30.0,
                  max_message_bytes: int = 256 * 1024 * 1024, in_process: bool | None = None,
                  transport: Transport | None = None):
-        if not isinstance(server_address, str) or not server_address:
-            raise ValueError(f"server_address ({server_address!r}) must be a non-empty 'host:port' string")
+        if isinstance(server_address, (list, tuple)):
+            server_address = ",".join(server_address)
+        if not isinstance(server_address, str) or not server_address.strip(", "):
+            raise ValueError(
+                f"server_address ({server_address!r}) must be 'host:port', a comma-separated list "
+                "of them, or a list of them")
         if compression not in ("zstd", "none"):
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         self._server_address = server_address
@@ -76,24 +91,33 @@ class Client:
         return f"Client, server_address={self._server_address}"
 
     def _resolve(self) -> Transport:
+        addresses = [a.strip() for a in self._server_address.split(",") if a.strip()]
+        if len(addresses) > 1:
+            from ostinato.transport.sharded import ShardedTransport
+
+            return ShardedTransport([self._resolve_one(a) for a in addresses])
+        return self._resolve_one(addresses[0])
+
+    def _resolve_one(self, address: str) -> Transport:
         from ostinato.server import local_server_for
         from ostinato.transport.inprocess import InProcessTransport
 
         if self._in_process is not False:
-            server = local_server_for(self._server_address)
+            server = local_server_for(address)
             if server is not None:
-                return InProcessTransport(server, self._server_address)
+                return InProcessTransport(server, address)
             if self._in_process:
                 raise errors.UnavailableError(
-                    f"No Ostinato server is running at {self._server_address} in this process.",
-                    self._server_address)
+                    f"No Ostinato server is running at {address} in this process.", address)
         from ostinato.wire.client import ClientOptions, GrpcTransport
 
-        return GrpcTransport(self._server_address, ClientOptions(**self._options))
+        return GrpcTransport(address, ClientOptions(**self._options))
 
     def _get_transport(self, deadline: Deadline | None = None) -> Transport:
         t = self._transport
-        if t is not None and not getattr(getattr(t, "_server", None), "stopped", False):
+        if t is not None and not getattr(getattr(t, "_server", None), "stopped", False) and \
+                not any(getattr(getattr(x, "_server", None), "stopped", False)
+                        for x in getattr(t, "shards", ())):
             return t
         if t is not None and self._in_process is None:
             # The in-process server we used has stopped: use its successor if one runs in this
