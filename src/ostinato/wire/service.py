@@ -332,7 +332,7 @@ def _f64_array(b: Any, what: str) -> np.ndarray:
 
 def encode_sample_batch(batch: items_lib.SampleBatch) -> dict:
     """Sampled items with the row segments they need (each segment once)."""
-    seg_index: dict[tuple[int, int], int] = {}
+    seg_index: dict[int, int] = {}
     segs: list[dict] = []
     items = []
     for packed in batch.trajectories:
@@ -343,10 +343,9 @@ def encode_sample_batch(batch: items_lib.SampleBatch) -> dict:
                 data = chunk.data
                 if isinstance(data, SegmentedRows):
                     for seg, local, n in data.covering(off, ln):
-                        key = (chunk.key, seg.start)
-                        idx = seg_index.get(key)
+                        idx = seg_index.get(id(seg))
                         if idx is None:
-                            idx = seg_index[key] = len(segs)
+                            idx = seg_index[id(seg)] = len(segs)
                             segs.append(seg.raw)
                         flat += (idx, local, n)
                 else:  # written in-process: encode just the rows needed

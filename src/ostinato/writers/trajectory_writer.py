@@ -447,9 +447,13 @@ class TrajectoryWriter:
     def _keep_keys(self) -> set[int]:
         """Keys of chunks that items created later may still refer to (live refs)."""
         keys: set[int] = set()
-        for col in self._columns:
-            for r in col.chunker._live:
+        for col in list(self._columns):
+            for r in list(col.chunker._live):
                 keys.add(r.chunk.key)
+        with self._cv:  # items waiting in the writer will need their chunks too
+            pending = list(self._pending)
+        for _, item in pending:
+            keys.update(c.key for c in items_lib.iter_chunks(item[2]))
         return keys
 
     @property

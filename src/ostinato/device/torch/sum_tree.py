@@ -52,7 +52,7 @@ class SumMinTree:
             kernels object from :func:`~ostinato.device.torch.kernels.kernels_for`.
 
     Example:
-        >>> tree = SumMinTree(5, torch.device("cpu"))
+        >>> tree = SumMinTree(5, torch.device("cpu"), kernels="torch")
         >>> tree.set(torch.tensor([0, 3]), torch.tensor([1.0, 3.0], dtype=torch.float64))
         >>> float(tree.total()), tree.find(torch.tensor([0.5, 3.5], dtype=torch.float64)).tolist()
         (4.0, [0, 3])
