@@ -266,12 +266,13 @@ class Client:
                 stacked: list[np.ndarray] | None = stack_batch(batch)
             except ValueError:
                 stacked = None  # items of different shapes: decode one by one
-            for i, (traj, sq) in enumerate(zip(batch.trajectories, batch.squeeze)):
+            for i in range(len(keys)):
+                sq = batch.squeeze[i]
                 info = SampleInfo(keys[i], probs[i], sizes[i], prios[i], times[i])
                 if stacked is not None:
                     cols = [c[i, ...] for c in stacked]
                 else:
-                    cols = item_columns(traj, sq)
+                    cols = item_columns(batch.trajectories[i], sq)
                 if not emit_timesteps:
                     data = cols if structure is None else optree.tree_unflatten(structure, cols)
                     yield ReplaySample(info, data)

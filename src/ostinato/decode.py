@@ -51,6 +51,8 @@ def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
       ValueError: items have different numbers of columns or different column shapes
         (sample them one at a time with ``Client.sample`` instead).
     """
+    if batch.columns is not None:
+        return batch.columns
     trajs = batch.trajectories
     if not trajs:
         return []

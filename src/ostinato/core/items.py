@@ -73,15 +73,18 @@ class SampleBatch:
 
     Attributes are numpy arrays of length ``n`` (``keys`` uint64, ``probabilities`` float64,
     ``table_sizes`` int64, ``priorities`` float64, ``times_sampled`` int32), plus lists of packed
-    ``trajectories`` and ``squeeze`` flags.
+    ``trajectories`` and ``squeeze`` flags. A batch that arrived already stacked (one array per
+    column, batch dimension first) has them in ``columns`` and may have no ``trajectories``.
     """
 
     __slots__ = ("keys", "probabilities", "table_sizes", "priorities", "times_sampled",
-                 "trajectories", "squeeze", "rate_limited")
+                 "trajectories", "squeeze", "rate_limited", "columns")
 
     def __init__(self, keys: np.ndarray, probabilities: np.ndarray, table_sizes: np.ndarray,
                  priorities: np.ndarray, times_sampled: np.ndarray, trajectories: list[Packed],
-                 squeeze: list[tuple[bool, ...]], rate_limited: bool = False):
+                 squeeze: list[tuple[bool, ...]], rate_limited: bool = False,
+                 columns: list[np.ndarray] | None = None):
+        self.columns = columns
         self.keys = keys
         self.probabilities = probabilities
         self.table_sizes = table_sizes

@@ -219,7 +219,21 @@ def decode_sample_batch(resp: Any) -> items_lib.SampleBatch:
         sizes = np.frombuffer(resp["sz"], "<i8").astype(np.int64)
         prios = np.frombuffer(resp["pr"], "<f8").astype(np.float64)
         times = np.frombuffer(resp["ts"], "<i4").astype(np.int32)
-        if not len(probs) == len(sizes) == len(prios) == len(times) == n == len(resp["items"]):
+        if not len(probs) == len(sizes) == len(prios) == len(times) == n:
+            raise codec.DecodeError("sample response fields differ in length")
+        if "cols" in resp:
+            sq = items_lib.intern_squeeze(resp["sq1"])
+            columns = []
+            for col, s in zip(resp["cols"], sq):
+                dtype = codec.dtype_from_wire(col["d"])
+                shape = codec.shape_from_wire(col["h"])
+                ln = int(col["n"])
+                arr = np.frombuffer(col["b"], dtype=dtype.newbyteorder("<"))
+                arr = arr.reshape((n, *shape) if s else (n, ln, *shape))
+                columns.append(arr.astype(dtype.newbyteorder("="), copy=False))
+            return items_lib.SampleBatch(keys, probs, sizes, prios, times, [], [sq] * n,
+                                         columns=columns)
+        if len(resp["items"]) != n:
             raise codec.DecodeError("sample response fields differ in length")
         chunks = []
         for m in resp["segs"]:

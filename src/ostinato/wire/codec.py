@@ -152,6 +152,26 @@ def parse_segment(m: Any, max_bytes: int) -> Segment:
     return Segment(key, ep, start, n, dtype, shape, codec, payload, m)
 
 
+def to_raw(seg: Segment) -> Segment:
+    """The segment with its payload decompressed (servers keep raw rows so that they can cut
+    the rows a sample needs out of a segment without decoding anything)."""
+    if seg.codec == RAW:
+        return seg
+    if seg.dtype.kind == "O":
+        payload = _zstd_decompressor().decompress(seg.payload)
+    else:
+        expect = seg.nrows * seg.dtype.itemsize * int(np.prod(seg.row_shape, dtype=np.int64))
+        try:
+            payload = _zstd_decompressor().decompress(seg.payload, max_output_size=expect)
+        except Exception as e:  # noqa: BLE001
+            raise DecodeError(f"corrupt compressed segment: {e}") from None
+        if len(payload) != expect:
+            raise DecodeError(f"segment decompressed to {len(payload)} bytes, expected {expect}")
+    raw = dict(seg.raw, c=RAW, b=payload)
+    return Segment(seg.key, seg.episode_id, seg.start, seg.nrows, seg.dtype, seg.row_shape, RAW,
+                   payload, raw)
+
+
 def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple[int, ...],
                    nrows: int) -> np.ndarray:
     if codec == ZSTD:

@@ -179,7 +179,7 @@ class ReplayService:
         if not isinstance(msg, dict):
             raise DecodeError("insert request must be a map")
         for m in msg.get("seg", ()):
-            seg = codec.parse_segment(m, self._max_bytes)
+            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes))
             c = chunks.get(seg.key)
             if c is None:
                 c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id, nbytes=0,
@@ -330,8 +330,63 @@ def _f64_array(b: Any, what: str) -> np.ndarray:
     return np.frombuffer(b, dtype="<f8").astype(np.float64)
 
 
+def _row_bytes(chunk: Chunk, off: int, n: int) -> bytes:
+    data = chunk.data
+    if isinstance(data, SegmentedRows):
+        dtype, row_shape = chunk.spec
+        rb = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        parts = [seg.payload[local * rb:(local + k) * rb] for seg, local, k in data.covering(off, n)]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    rows = data[off:off + n]
+    return np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _encode_columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
+    """One payload per column holding the rows of all items, when the items are alike
+    (same columns, lengths, dtypes and shapes; no strings). Otherwise None."""
+    trajs = batch.trajectories
+    first = trajs[0]
+    if type(first[0]) is not Chunk or batch.squeeze.count(batch.squeeze[0]) != len(trajs) \
+            or len(set(map(len, trajs))) != 1 or any(type(t[0]) is not Chunk for t in trajs):
+        return None
+    out = []
+    for i in range(0, len(first), 3):
+        lengths = {t[i + 2] for t in trajs}
+        specs = {id(t[i].spec) for t in trajs}
+        spec = first[i].spec
+        if len(lengths) != 1 or spec is None or spec[0].kind == "O" or (
+                len(specs) != 1 and any(t[i].spec != spec for t in trajs)):
+            return None
+        n = lengths.pop()
+        payload = b"".join([_row_bytes(t[i], t[i + 1], n) for t in trajs])
+        out.append({"d": codec.dtype_to_wire(spec[0]), "h": list(spec[1]), "n": n, "b": payload})
+    return out
+
+
 def encode_sample_batch(batch: items_lib.SampleBatch) -> dict:
-    """Sampled items with the row segments they need (each segment once)."""
+    """Sampled items and their data.
+
+    Alike items (the usual case) travel column by column: one payload per column with the rows
+    of every item, which the client turns into the stacked batch with one ``frombuffer``.
+    Other batches carry the row segments each item needs (each segment once).
+    """
+    head = {
+        "keys": batch.keys.astype("<u8").tobytes(),
+        "p": batch.probabilities.astype("<f8").tobytes(),
+        "sz": batch.table_sizes.astype("<i8").tobytes(),
+        "pr": batch.priorities.astype("<f8").tobytes(),
+        "ts": batch.times_sampled.astype("<i4").tobytes(),
+    }
+    cols = _encode_columnar(batch) if batch.trajectories else None
+    if cols is not None:
+        head["cols"] = cols
+        head["sq1"] = list(batch.squeeze[0])
+        return head
+    head.update(_encode_segments(batch))
+    return head
+
+
+def _encode_segments(batch: items_lib.SampleBatch) -> dict:
     seg_index: dict[int, int] = {}
     segs: list[dict] = []
     items = []
@@ -355,16 +410,7 @@ def encode_sample_batch(batch: items_lib.SampleBatch) -> dict:
                     segs.append(seg)
             cols.append(flat)
         items.append(cols)
-    return {
-        "keys": batch.keys.astype("<u8").tobytes(),
-        "p": batch.probabilities.astype("<f8").tobytes(),
-        "sz": batch.table_sizes.astype("<i8").tobytes(),
-        "pr": batch.priorities.astype("<f8").tobytes(),
-        "ts": batch.times_sampled.astype("<i4").tobytes(),
-        "items": items,
-        "sq": [list(s) for s in batch.squeeze],
-        "segs": segs,
-    }
+    return {"items": items, "sq": [list(s) for s in batch.squeeze], "segs": segs}
 
 
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
