@@ -9,7 +9,7 @@ REVERB_NAMES = {
     "selectors", "rate_limiters", "Client", "Writer", "DeadlineExceededError", "ReverbError",
     "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
 }
-OSTINATO_NAMES = {"errors", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension",
+OSTINATO_NAMES = {"errors", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
                   "TableExtensionBase"}
 
 

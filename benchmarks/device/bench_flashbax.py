@@ -22,7 +22,6 @@ from common import (
 def main() -> None:
     import flashbax as fbx
     import jax
-    import jax.numpy as jnp
 
     args = parse_args(__doc__)
     capacity = args.capacity

@@ -9,7 +9,7 @@ from ostinato.client import Client
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
 from ostinato.errors import DeadlineExceededError, RateLimiterTimeout, ReverbError
-from ostinato.server import Server, TableExtensionBase
+from ostinato.server import Server, ServerTLS, TableExtensionBase
 from ostinato.types import ReplaySample, SampleInfo, TableInfo, TensorSpec
 from ostinato.writers.columns import TrajectoryColumn
 from ostinato.writers.legacy_writer import Writer
@@ -25,6 +25,7 @@ __all__ = [
     "ReverbError",
     "SampleInfo",
     "Server",
+    "ServerTLS",
     "Table",
     "TableExtension",
     "TableExtensionBase",

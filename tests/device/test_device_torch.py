@@ -111,3 +111,11 @@ def test_cuda_priority_distribution():
     for _ in range(300):
         counts += np.bincount(buf.sample()[2].cpu().numpy(), minlength=4)
     assert chi2_pvalue(counts, p.numpy()) > ALPHA
+
+
+def test_bfloat16_columns_use_the_torch_copy_path():
+    buf = UniformReplayBuffer(4, 6, [(2,), ()], ["bfloat16", "int64"], seed=0)
+    buf.insert([torch.ones(8, 2, dtype=torch.bfloat16), torch.arange(8)])
+    obs, ids = buf.sample()
+    assert obs.dtype == torch.bfloat16 and set(ids.tolist()) <= set(range(2, 8))
+    assert buf.get_item(-1)[0].tolist() == [1.0, 1.0]
