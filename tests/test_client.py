@@ -9,7 +9,6 @@ import pytest
 import ostinato as reverb
 from ostinato import errors
 
-
 TABLES = """
 import numpy as np
 import ostinato as reverb

@@ -12,7 +12,7 @@ import array
 import operator
 import random
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
