@@ -431,19 +431,36 @@ class GrpcWriterStream:
         tables: dict[str, int] = {}
         items = []
         need: dict[int, tuple[Chunk, int]] = {}
+        sq_cache: dict[int, list[bool]] = {}
         for table, (key, prio, packed, squeeze) in batch:
-            ti = tables.setdefault(table, len(tables))
+            ti = tables.get(table)
+            if ti is None:
+                ti = tables[table] = len(tables)
             cols = []
-            for col in items_lib.columns(packed):
-                flat: list[int] = []
-                for chunk, off, ln in col:
-                    flat += (chunk.key, off, ln)
-                    end = off + ln
-                    prev = need.get(chunk.key)
+            if type(packed[0]) is Chunk:  # one slice per column: the common case
+                for i in range(0, len(packed), 3):
+                    chunk = packed[i]
+                    ck = chunk.key
+                    off = packed[i + 1]
+                    end = off + packed[i + 2]
+                    cols.append([ck, off, packed[i + 2]])
+                    prev = need.get(ck)
                     if prev is None or prev[1] < end:
-                        need[chunk.key] = (chunk, end)
-                cols.append(flat)
-            items.append([ti, key, prio, cols, [bool(s) for s in squeeze]])
+                        need[ck] = (chunk, end)
+            else:
+                for col in packed:
+                    flat: list[int] = []
+                    for chunk, off, ln in col:
+                        flat += (chunk.key, off, ln)
+                        end = off + ln
+                        prev = need.get(chunk.key)
+                        if prev is None or prev[1] < end:
+                            need[chunk.key] = (chunk, end)
+                    cols.append(flat)
+            sq = sq_cache.get(id(squeeze))
+            if sq is None:
+                sq = sq_cache[id(squeeze)] = [bool(x) for x in squeeze]
+            items.append([ti, key, prio, cols, sq])
         segs = []
         for ck, (chunk, end) in need.items():
             sent = self._sent_rows.get(ck, 0)

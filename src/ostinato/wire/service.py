@@ -237,6 +237,13 @@ class ReplayService:
             raise DecodeError("an item needs one squeeze flag per column")
         columns = []
         for col in cols:
+            if type(col) is list and len(col) == 3:  # fast path: one slice
+                ck, off, ln = col
+                c = chunks.get(ck) if type(ck) is int else None
+                if c is not None and type(off) is int and type(ln) is int and off >= 0 \
+                        and ln >= 1 and off + ln <= c.data.end:
+                    columns.append(((c, off, ln),))
+                    continue
             if not isinstance(col, list) or not col or len(col) % 3:
                 raise DecodeError("a column is a flat list of (chunk key, offset, length) triples")
             slices = []
@@ -255,6 +262,8 @@ class ReplayService:
         for s, col in zip(squeeze, columns):
             if s and (len(col) != 1 or col[0][2] != 1):
                 raise DecodeError("a squeezed column must hold exactly one row")
+        if all(len(c) == 1 for c in columns):
+            return tuple([x for c in columns for x in c[0]]), squeeze
         return items_lib.pack(columns), squeeze
 
     @staticmethod
