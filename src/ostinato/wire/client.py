@@ -29,6 +29,8 @@ _log = logging.getLogger(__name__)
 
 #: Items a writer stream may have sent but not had confirmed, before it stops taking more.
 DEFAULT_MAX_IN_FLIGHT_ITEMS = 4096
+#: A writer stream with nothing to send or confirm for this long is closed (reopened on demand).
+IDLE_CLOSE_SECONDS = 2.0
 #: A request is cut when its segments reach this many bytes.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -278,6 +280,7 @@ class GrpcWriterStream:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._stream_error: BaseException | None = None
+        self._idle_closed = False
 
     # -- API used by writers -------------------------------------------------------------------
     def pending(self) -> int:
@@ -370,6 +373,14 @@ class GrpcWriterStream:
                 reader.join()
                 err = self._stream_error
                 self._stream_error = None
+                if err is None and self._idle_closed:
+                    with self._cv:
+                        self._idle_closed = False
+                        self._sent_rows.clear()  # the server forgot this stream's chunks
+                        if not self._buf:
+                            self._thread = None
+                            return
+                    continue
                 if err is None:
                     if self._closed:
                         with self._cv:
@@ -405,10 +416,22 @@ class GrpcWriterStream:
             return
 
     def _send_loop(self, out: deque, stop: threading.Event) -> None:
+        idle_since: float | None = None
         while True:
             with self._cv:
                 while not self._buf and not self._closed and not stop.is_set():
+                    if self._n_in_flight == 0 and not out:
+                        now = time.monotonic()
+                        idle_since = idle_since or now
+                        if now - idle_since > IDLE_CLOSE_SECONDS:
+                            # Nothing to do for a while: end the stream (and its threads); the
+                            # next item opens a new one and resends whatever rows it needs.
+                            self._idle_closed = True
+                            stop.set()
+                            self._cv.notify_all()
+                            return
                     self._cv.wait(0.2)
+                idle_since = None
                 if stop.is_set():
                     return
                 if self._closed and not self._buf:
