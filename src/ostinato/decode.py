@@ -11,11 +11,18 @@ from ostinato.core.chunk_store import Chunk
 from ostinato.core.items import Packed, SampleBatch
 
 
-def _rows(chunk: Chunk, offset: int, length: int) -> np.ndarray:
+def _array(chunk: Chunk) -> np.ndarray:
+    """The chunk's rows as an array. Chunks that arrived over the network hold segments; they
+    are decoded into a cached array (never replacing ``chunk.data``, which a writer stream may
+    still extend)."""
     data = chunk.data
-    if not isinstance(data, np.ndarray):  # encoded payloads are decoded by their transport
-        data = chunk.data = data.decode()
-    return data[offset:offset + length]
+    if isinstance(data, np.ndarray):
+        return data
+    return data.as_array()
+
+
+def _rows(chunk: Chunk, offset: int, length: int) -> np.ndarray:
+    return _array(chunk)[offset:offset + length]
 
 
 def item_columns(packed: Packed, squeeze: tuple[bool, ...], copy: bool = True) -> list[np.ndarray]:
@@ -82,9 +89,8 @@ _get_data = operator.attrgetter("data")
 
 def _spec_of(chunk: Chunk) -> tuple[Any, ...]:
     if chunk.spec is None:
-        if not isinstance(chunk.data, np.ndarray):
-            chunk.data = chunk.data.decode()
-        chunk.spec = (chunk.data.dtype, chunk.data.shape[1:])
+        arr = _array(chunk)
+        chunk.spec = (arr.dtype, arr.shape[1:])
     return chunk.spec
 
 
@@ -110,6 +116,8 @@ def _stack_flat_column(trajs: list[Packed], i: int, squeeze: bool) -> np.ndarray
             _spec_of(c)
     dtype, row_shape = spec
     datas = list(map(_get_data, chunks))
+    if set(map(type, datas)) != {np.ndarray}:
+        datas = [_array(c) for c in chunks]
     if squeeze:
         if n != 1:
             raise ValueError(f"Tried to squeeze column with batch size {n}")

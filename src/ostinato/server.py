@@ -14,7 +14,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato import errors
 from ostinato.core.chunk_store import ChunkStore
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
@@ -95,7 +94,8 @@ class Server:
       tables: the tables; names must be unique. At least one.
       port: port to listen on. ``None`` or ``0`` picks a free port; read it back from
         :attr:`port`. A port already in use raises ``ValueError``.
-      checkpointer: reserved for checkpointing (not available in this release; must be None).
+      checkpointer: an :mod:`ostinato.checkpointers` object; the newest checkpoint is restored
+        before serving starts and :meth:`checkpoint` writes new ones.
       host: interface to listen on; ``"localhost"`` by default. Use ``"0.0.0.0"`` or ``"[::]"``
         to accept other machines (a warning is logged unless ``tls`` or ``token`` is set).
       token: shared secret every call must carry (``Client(..., token=...)``).
@@ -121,9 +121,10 @@ class Server:
         for t in tables:
             if not isinstance(t, Table):
                 raise TypeError(f"tables must hold ostinato.Table objects, got {t!r}")
-        if checkpointer is not None:
-            raise NotImplementedError(
-                "checkpointer: checkpoints are not available in this release of Ostinato")
+        if checkpointer is not None and not (hasattr(checkpointer, "save")
+                                             and hasattr(checkpointer, "restore")):
+            raise TypeError(f"checkpointer ({checkpointer!r}) must be an "
+                            "ostinato.checkpointers.CheckpointerBase")
         if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                                  or not 0 <= port < 65536):
             raise ValueError(f"port ({port!r}) must be None or an integer in 0..65535")
@@ -140,6 +141,8 @@ class Server:
                 raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t._bind(self, self._store)
+        if checkpointer is not None:  # before serving, so no call sees a half-restored table
+            checkpointer.restore(list(tables))
         from ostinato.wire.service import start_grpc_server
 
         try:
@@ -159,6 +162,8 @@ class Server:
                 "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
                 "this address can read and change the replay data.", host, bound)
         _log.info("Ostinato server started on %s:%d with tables %s", host, bound, ", ".join(names))
+        if checkpointer is not None:
+            checkpointer.start_periodic(self.checkpoint)
 
     @property
     def port(self) -> int:
@@ -184,17 +189,30 @@ class Server:
         return Client(f"localhost:{self._port}")
 
     def checkpoint(self) -> str:
-        raise errors.InvalidArgumentError(
-            "no Checkpointer configured for the replay service (checkpoints are not available "
-            "in this release of Ostinato).")
+        """Writes a checkpoint with the server's checkpointer; returns its path.
+
+        A server built without one gets a ``TempDirCheckpointer`` on the first call (Reverb's
+        default, but its temporary directory is only created when a checkpoint is asked for).
+        """
+        if self._checkpointer is None:
+            from ostinato.checkpointers import TempDirCheckpointer
+
+            self._checkpointer = TempDirCheckpointer()
+            _log.info("no checkpointer configured; writing checkpoints under %s",
+                      self._checkpointer.path)
+        return self._checkpointer.save(list(self._tables.values()))
 
     def stop(self) -> None:
         """Stops serving: blocked calls wake with an error, later calls fail. Idempotent."""
         if self._stopped.is_set():
             return
+        if self._checkpointer is not None:
+            self._checkpointer.stop_periodic()
         for t in self._tables.values():
             t.close()
-        self._grpc.stop(grace=None)
+        # A short grace lets the calls just woken above send their CANCELLED replies.
+        self._grpc.stop(grace=1.0).wait(3)
+        self._service.executor.shutdown(wait=False, cancel_futures=True)
         with _REGISTRY_LOCK:
             if _REGISTRY.get(self._port) is self:
                 del _REGISTRY[self._port]

@@ -47,11 +47,15 @@ class Chunk:
 
 
 class ChunkStore:
-    """Reference-counted chunks shared by every table of a server. Thread-safe."""
+    """Reference-counted chunks shared by every table of a server. Thread-safe.
+
+    Chunks are tracked by identity: the same key can name two chunk objects for a while (a
+    writer stream that reconnects resends its open chunk as a new object).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._chunks: dict[int, Chunk] = {}
+        self._chunks: dict[int, Chunk] = {}  # id(chunk) -> chunk
 
     def acquire(self, chunks: Iterable[Chunk]) -> None:
         """Adds one reference to each chunk (a chunk listed twice gets two)."""
@@ -59,7 +63,7 @@ class ChunkStore:
             d = self._chunks
             for c in chunks:
                 if c.refs == 0:
-                    d[c.key] = c
+                    d[id(c)] = c
                 c.refs += 1
 
     def release(self, chunks: Iterable[Chunk]) -> None:
@@ -69,20 +73,21 @@ class ChunkStore:
             for c in chunks:
                 c.refs -= 1
                 if c.refs == 0:
-                    if d.get(c.key) is c:
-                        del d[c.key]
+                    d.pop(id(c), None)
                 elif c.refs < 0:  # pragma: no cover - would be a bug in the table
                     raise AssertionError(f"chunk {c.key} released more often than acquired")
 
     def get(self, key: int) -> Chunk | None:
+        """A live chunk with this key (the newest, if a key names several)."""
         with self._lock:
-            return self._chunks.get(key)
+            found = [c for c in self._chunks.values() if c.key == key]
+        return found[-1] if found else None
 
     def __len__(self) -> int:
         return len(self._chunks)
 
     def __contains__(self, key: int) -> bool:
-        return key in self._chunks
+        return self.get(key) is not None
 
     @property
     def num_bytes(self) -> int:

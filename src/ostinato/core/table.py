@@ -23,7 +23,14 @@ from ostinato.core.chunk_store import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.extensions import TableExtension
 from ostinato.core.rate_limiter import Queue, RateLimiter, Stack
-from ostinato.core.selectors import Fifo, ItemSelector, Lifo, Prioritized, selector_from_options
+from ostinato.core.selectors import (
+    Fifo,
+    HeapSelector,
+    ItemSelector,
+    Lifo,
+    Prioritized,
+    selector_from_options,
+)
 from ostinato.core.signature import flatten_signature
 from ostinato.types import TableInfo
 
@@ -340,7 +347,7 @@ class Table:
             d = self._store._chunks
             for c in chunks:
                 if c.refs == 0:
-                    d[c.key] = c
+                    d[id(c)] = c
                 c.refs += 1
         er = self._episode_refs
         for c in chunks:
@@ -453,16 +460,28 @@ class Table:
             k = self._remaining_samples
         return k
 
-    def sample(self, num_samples: int = 1, timeout: float | None = None) -> items_lib.SampleBatch:
+    def wake(self) -> None:
+        """Wakes blocked calls so that they re-check their conditions (e.g. ``cancelled``)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def sample(self, num_samples: int = 1, timeout: float | None = None,
+               cancelled: Any = None) -> items_lib.SampleBatch:
         """Samples between 1 and ``num_samples`` items (fewer only if the limiter stops early).
 
         Waits until at least one sample is admitted. Each sample counts for the rate limiter,
         increments the item's ``times_sampled``, and may delete the item at
         ``max_times_sampled``.
 
+        Args:
+          num_samples: most items to sample.
+          timeout: seconds to wait for the rate limiter (``None``: forever).
+          cancelled: optional callable; once it returns True the call stops waiting and raises
+            ``CancelledError`` without taking anything (used when a remote caller goes away).
+
         Raises:
           RateLimiterTimeout: nothing could be sampled before the deadline.
-          CancelledError: the table was closed.
+          CancelledError: the table was closed, or ``cancelled()`` became true.
         """
         n = _positive_int(num_samples, "num_samples")
         deadline = Deadline.after(timeout)
@@ -471,7 +490,14 @@ class Table:
             rate_limited = False
             if self._allowed_locked(1) < 1:
                 rate_limited = True
-                self._wait_locked(lambda: self._allowed_locked(1) >= 1, deadline, "sample")
+                if cancelled is None:
+                    self._wait_locked(lambda: self._allowed_locked(1) >= 1, deadline, "sample")
+                else:
+                    self._wait_locked(lambda: cancelled() or self._allowed_locked(1) >= 1,
+                                      deadline, "sample")
+            if cancelled is not None and cancelled():
+                raise errors.CancelledError(
+                    f"sample from table {self._name!r} was cancelled by its caller")
             k = self._allowed_locked(n)
             if self._max_times_sampled:
                 batch = self._sample_one_by_one(k)
@@ -700,6 +726,67 @@ class Table:
                                 count=len(self._key_to_slot))
             slots = slots[np.argsort(self._seq[slots], kind="stable")]
             return self._keys[slots].copy()
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy of all items and counters, taken under the lock (for checkpoints).
+
+        Metadata arrays are copied in insertion order; trajectories are the items' immutable
+        packed tuples, so the chunk data can be written after the lock is released.
+        ``heap_order`` is the order in which a heap selector last saw the items (its ties).
+        """
+        with self._lock:
+            slots = np.fromiter(self._key_to_slot.values(), dtype=np.int64,
+                                count=len(self._key_to_slot))
+            slots = slots[np.argsort(self._seq[slots], kind="stable")]
+            heaps = [s for s in (self._sampler, self._remover) if isinstance(s, HeapSelector)]
+            sl = slots.tolist()
+            lim = self._limiter
+            return {"keys": self._keys[slots], "priorities": self._prio[slots],
+                    "times_sampled": self._times[slots],
+                    "trajectories": [self._traj[s] for s in sl],
+                    "squeeze": [self._squeeze[s] for s in sl],
+                    "heap_order": (np.argsort(heaps[0]._version[slots], kind="stable")
+                                   if heaps else None),
+                    "inserts": lim.inserts, "samples": lim.samples, "deletes": lim.deletes,
+                    "num_deleted_episodes": self._num_deleted_episodes,
+                    "num_unique_samples": self._num_unique_samples}
+
+    def restore_items(self, keys: np.ndarray, priorities: np.ndarray, times_sampled: np.ndarray,
+                      trajectories: Sequence[items_lib.Packed], squeeze: Sequence[tuple[bool, ...]],
+                      counters: dict[str, int], heap_order: np.ndarray | None = None) -> None:
+        """Fills this empty table with checkpointed items (given in insertion order).
+
+        Bypasses the rate limiter, keeps each item's priority and ``times_sampled``, then sets
+        the limiter and statistics counters to the checkpointed values.
+        """
+        with self._cond:
+            self._check_open()
+            if self._key_to_slot or len(keys) > self._max_size:
+                raise errors.FailedPreconditionError(
+                    f"cannot restore {len(keys)} items into table {self._name!r} holding "
+                    f"{len(self._key_to_slot)} items with max_size {self._max_size}")
+            k2s = self._key_to_slot
+            for k, p, tr, sq, t in zip(_key_list(keys), priorities.tolist(), trajectories,
+                                       squeeze, times_sampled.tolist()):
+                if k in k2s:
+                    raise errors.FailedPreconditionError(f"duplicate key {k} in checkpoint")
+                self._insert_locked(k, p, tr, sq, assign=False)
+                if t:
+                    self._a_times[k2s[k]] = t
+                    if self._max_times_sampled:
+                        self._remaining_samples -= t
+            if heap_order is not None:  # replay the heap's tie order (insert/update time)
+                slots = [k2s[k] for k in _key_list(keys)]
+                for i in heap_order.tolist():
+                    for sel in (self._sampler, self._remover):
+                        if isinstance(sel, HeapSelector):
+                            sel.update(slots[i], self._a_prio[slots[i]])
+            self._limiter.restore_counters(counters["inserts"], counters["samples"],
+                                           counters["deletes"])
+            self._num_deleted_episodes = int(counters["num_deleted_episodes"])
+            self._num_unique_samples = int(counters["num_unique_samples"])
+            self._cond.notify_all()
 
     def __repr__(self) -> str:
         s = (f"Table(sampler={self._sampler!r}, remover={self._remover!r}, "

@@ -29,6 +29,7 @@ _log = logging.getLogger(__name__)
 
 #: Items a writer stream may have sent but not had confirmed, before it stops taking more.
 DEFAULT_MAX_IN_FLIGHT_ITEMS = 4096
+_QUICK_CALLS = frozenset({"Mutate", "Reset", "ServerInfo"})
 #: A writer stream with nothing to send or confirm for this long is closed (reopened on demand).
 IDLE_CLOSE_SECONDS = 2.0
 #: A request is cut when its segments reach this many bytes.
@@ -77,6 +78,11 @@ class GrpcTransport(Transport):
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2000),
             ("grpc.enable_retries", 0),
+            # Detect a server that stops answering (frozen, or a dead network path).
+            ("grpc.keepalive_time_ms", 2_000),
+            ("grpc.keepalive_timeout_ms", 2_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
         ]
         if o.root_certificates is not None:
             if o.tls_server_name:
@@ -101,6 +107,11 @@ class GrpcTransport(Transport):
                 f"{name} request of {len(payload)} bytes exceeds max_message_bytes "
                 f"({self.options.max_message_bytes})")
         give_up = Deadline.after(self.options.unavailable_timeout)
+        # Control calls answer in milliseconds; without a deadline of their own they get one,
+        # so that a server that stops answering (frozen, unreachable) cannot hang them.
+        implicit = deadline.is_never and name in _QUICK_CALLS
+        if implicit:
+            deadline = Deadline.after(max(self.options.unavailable_timeout, 1.0))
         backoff = 0.05
         while True:
             r = deadline.remaining()
@@ -110,6 +121,10 @@ class GrpcTransport(Transport):
                 return codec.unpack(raw)
             except grpc.RpcError as e:
                 err = from_rpc_error(e, self.address)
+                if implicit and isinstance(err, errors.DeadlineExceededError):
+                    raise errors.UnavailableError(
+                        f"Server at {self.address} did not answer {name} within "
+                        f"{max(self.options.unavailable_timeout, 1.0):g} s", self.address) from None
                 if not isinstance(err, errors.UnavailableError) or self._closed:
                     raise err from None
                 if give_up.expired() or deadline.expired():
@@ -141,7 +156,7 @@ class GrpcTransport(Transport):
         r = deadline.remaining()
         msg = {"t": table, "n": int(num_samples), "to": None if r is None else int(r * 1000)}
         # The server enforces the rate-limiter deadline; the RPC deadline adds slack for the trip.
-        resp = self._call("Sample", msg, Deadline.never() if r is None else Deadline.after(r + 30))
+        resp = self._call("Sample", msg, Deadline.never() if r is None else Deadline.after(r + 5))
         return decode_sample_batch(resp)
 
     def update_priorities(self, table: str, keys: Any, priorities: np.ndarray,
@@ -281,6 +296,8 @@ class GrpcWriterStream:
         self._thread: threading.Thread | None = None
         self._stream_error: BaseException | None = None
         self._idle_closed = False
+        self._call_obj: Any = None
+        self._retry_keys: set[int] = set()
 
     # -- API used by writers -------------------------------------------------------------------
     def pending(self) -> int:
@@ -323,6 +340,9 @@ class GrpcWriterStream:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+            call = self._call_obj
+        if call is not None:
+            call.cancel()
         th = self._thread
         if th is not None:
             th.join(timeout=5)
@@ -366,6 +386,7 @@ class GrpcWriterStream:
             out: deque = deque()
             try:
                 call = self._t._insert(self._requests(out, stop), metadata=self._t._metadata)
+                self._call_obj = call
                 reader = threading.Thread(target=self._read, args=(call, stop), daemon=True,
                                           name="ostinato-insert-acks")
                 reader.start()
@@ -402,6 +423,9 @@ class GrpcWriterStream:
                 if not give_up.expired():
                     with self._cv:  # resend what was not confirmed, with all its rows
                         for batch in reversed(self._in_flight):
+                            # The server may have stored some before the break: it skips
+                            # resent items whose key it already has.
+                            self._retry_keys.update(it[1][0] for it in batch)
                             self._buf.extendleft(reversed(batch))
                         self._in_flight.clear()
                         self._n_in_flight = 0
@@ -455,6 +479,8 @@ class GrpcWriterStream:
         items = []
         need: dict[int, tuple[Chunk, int]] = {}
         sq_cache: dict[int, list[bool]] = {}
+        retry = self._retry_keys
+        retried: list[int] = []
         for table, (key, prio, packed, squeeze) in batch:
             ti = tables.get(table)
             if ti is None:
@@ -483,6 +509,9 @@ class GrpcWriterStream:
             sq = sq_cache.get(id(squeeze))
             if sq is None:
                 sq = sq_cache[id(squeeze)] = [bool(x) for x in squeeze]
+            if retry and key in retry:
+                retried.append(len(items))
+                retry.discard(key)
             items.append([ti, key, prio, cols, sq])
         segs = []
         for ck, (chunk, end) in need.items():
@@ -497,8 +526,11 @@ class GrpcWriterStream:
                 keep.update(c.key for c in items_lib.iter_chunks(packed))
         for ck in [k for k in self._sent_rows if k not in keep]:
             del self._sent_rows[ck]
-        msg = codec.pack({"seg": segs, "t": list(tables), "i": items,
-                          "keep": [k for k in keep if k in self._sent_rows]})
+        body = {"seg": segs, "t": list(tables), "i": items,
+                "keep": [k for k in keep if k in self._sent_rows]}
+        if retried:
+            body["r"] = retried
+        msg = codec.pack(body)
         if len(msg) > self._t.options.max_message_bytes:
             raise errors.InvalidArgumentError(
                 f"an insert request of {len(msg)} bytes exceeds max_message_bytes "

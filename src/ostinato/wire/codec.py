@@ -16,6 +16,7 @@ malformed, so a hostile message can never crash the server.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import msgpack
@@ -146,44 +147,57 @@ def parse_segment(m: Any, max_bytes: int) -> Segment:
     if len(payload) > max_bytes:
         raise DecodeError(f"segment of {len(payload)} bytes exceeds the limit of {max_bytes}")
     if codec == RAW and dtype.kind != "O":
-        expect = n * dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        expect = n * dtype.itemsize * math.prod(shape)
         if len(payload) != expect:
             raise DecodeError(f"segment payload has {len(payload)} bytes, expected {expect}")
     return Segment(key, ep, start, n, dtype, shape, codec, payload, m)
 
 
-def to_raw(seg: Segment) -> Segment:
+def safe_decompress(payload: bytes, expect: int | None, limit: int) -> bytes:
+    """Decompresses a zstd frame without ever producing more than ``expect`` (or ``limit``)
+    bytes: frames announcing a larger or unknown size are rejected before inflating."""
+    import zstandard
+
+    try:
+        size = zstandard.frame_content_size(payload)
+    except zstandard.ZstdError as e:
+        raise DecodeError(f"corrupt compressed segment: {e}") from None
+    bound = expect if expect is not None else limit
+    if size < 0 or size > bound or (expect is not None and size != expect):
+        raise DecodeError(f"compressed segment announces {size} bytes, expected "
+                          f"{'at most ' if expect is None else ''}{bound}")
+    try:
+        out = _zstd_decompressor().decompress(payload, max_output_size=bound)
+    except zstandard.ZstdError as e:
+        raise DecodeError(f"corrupt compressed segment: {e}") from None
+    if len(out) != size:
+        raise DecodeError(f"compressed segment inflated to {len(out)} bytes, expected {size}")
+    return out
+
+
+def _expected_bytes(seg_dtype: np.dtype, nrows: int, row_shape: tuple[int, ...]) -> int | None:
+    return None if seg_dtype.kind == "O" else nrows * seg_dtype.itemsize * math.prod(row_shape)
+
+
+def to_raw(seg: Segment, limit: int = 2**31) -> Segment:
     """The segment with its payload decompressed (servers keep raw rows so that they can cut
     the rows a sample needs out of a segment without decoding anything)."""
     if seg.codec == RAW:
         return seg
-    if seg.dtype.kind == "O":
-        payload = _zstd_decompressor().decompress(seg.payload)
-    else:
-        expect = seg.nrows * seg.dtype.itemsize * int(np.prod(seg.row_shape, dtype=np.int64))
-        try:
-            payload = _zstd_decompressor().decompress(seg.payload, max_output_size=expect)
-        except Exception as e:  # noqa: BLE001
-            raise DecodeError(f"corrupt compressed segment: {e}") from None
-        if len(payload) != expect:
-            raise DecodeError(f"segment decompressed to {len(payload)} bytes, expected {expect}")
+    payload = safe_decompress(seg.payload, _expected_bytes(seg.dtype, seg.nrows, seg.row_shape),
+                              limit)
     raw = dict(seg.raw, c=RAW, b=payload)
     return Segment(seg.key, seg.episode_id, seg.start, seg.nrows, seg.dtype, seg.row_shape, RAW,
                    payload, raw)
 
 
 def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple[int, ...],
-                   nrows: int) -> np.ndarray:
+                   nrows: int, limit: int = 2**31) -> np.ndarray:
     if codec == ZSTD:
-        expect = None if dtype.kind == "O" else nrows * dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-        try:
-            payload = _zstd_decompressor().decompress(payload, max_output_size=expect or 0) \
-                if expect else _zstd_decompressor().decompress(payload)
-        except Exception as e:  # noqa: BLE001
-            raise DecodeError(f"corrupt compressed segment: {e}") from None
+        payload = safe_decompress(payload, _expected_bytes(dtype, nrows, row_shape), limit)
     if dtype.kind == "O":
         items = unpack(payload)
-        if not isinstance(items, list) or len(items) != nrows * int(np.prod(row_shape, dtype=np.int64)):
+        if not isinstance(items, list) or len(items) != nrows * math.prod(row_shape):
             raise DecodeError("bad string segment")
         arr = np.empty(len(items), dtype=object)
         arr[:] = [x.encode() if isinstance(x, str) else x for x in items]
@@ -235,6 +249,15 @@ def encode_nest(obj: Any) -> Any:
 
 
 def decode_nest(m: Any, depth: int = 0) -> Any:
+    try:
+        return _decode_nest(m, depth)
+    except DecodeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        raise DecodeError(f"bad signature: {e}") from None
+
+
+def _decode_nest(m: Any, depth: int = 0) -> Any:
     if depth > 64:
         raise DecodeError("signature nested too deeply")
     if m is None:
@@ -252,11 +275,19 @@ def decode_nest(m: Any, depth: int = 0) -> Any:
         shape = [None if d == -1 else d for d in dims]
         return t.TensorSpec(shape, dtype_from_wire(v[1]), v[2] if isinstance(v[2], str) else None)
     if kind == "dict":
-        return {k: decode_nest(x, depth + 1) for k, x in v}
-    if kind == "tuple":
-        return tuple(decode_nest(x, depth + 1) for x in v)
-    if kind == "list":
-        return [decode_nest(x, depth + 1) for x in v]
+        if not isinstance(v, list):
+            raise DecodeError("bad signature dict")
+        out = {}
+        for pair in v:
+            if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], (str, int)):
+                raise DecodeError("bad signature dict entry")
+            out[pair[0]] = _decode_nest(pair[1], depth + 1)
+        return out
+    if kind in ("tuple", "list"):
+        if not isinstance(v, list):
+            raise DecodeError(f"bad signature {kind}")
+        seq = [_decode_nest(x, depth + 1) for x in v]
+        return tuple(seq) if kind == "tuple" else seq
     raise DecodeError(f"bad signature element kind {kind!r}")
 
 
@@ -267,12 +298,18 @@ def encode_options(o: t.KeyDistributionOptions) -> dict:
             "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
 
 
-def decode_options(m: dict) -> t.KeyDistributionOptions:
+def decode_options(m: Any) -> t.KeyDistributionOptions:
+    if not isinstance(m, dict):
+        raise DecodeError("bad selector options")
     which = m.get("which")
     if which == "prioritized":
-        return t.KeyDistributionOptions(prioritized=t.PrioritizedOptions(float(m["exp"])))
+        exp = m.get("exp")
+        if not isinstance(exp, (int, float)) or isinstance(exp, bool):
+            raise DecodeError("bad priority exponent")
+        return t.KeyDistributionOptions(prioritized=t.PrioritizedOptions(float(exp)))
     if which == "heap":
-        return t.KeyDistributionOptions(heap=t.HeapOptions(bool(m["min_heap"])), is_deterministic=True)
+        return t.KeyDistributionOptions(heap=t.HeapOptions(bool(m.get("min_heap"))),
+                                        is_deterministic=True)
     if which in ("fifo", "lifo", "uniform"):
         return t.KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
     raise DecodeError(f"unknown selector {which!r}")
@@ -305,5 +342,5 @@ def decode_table_info(m: dict) -> t.TableInfo:
             signature=decode_nest(m["signature"]), current_size=m["current_size"],
             num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
             num_unique_samples=m["num_unique_samples"])
-    except (KeyError, IndexError, TypeError) as e:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise DecodeError(f"bad table info: {e}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -42,7 +43,7 @@ _WAIT_SLICE = 0.5  # seconds between checks that the client is still there
 class SegmentedRows:
     """Server-side data of a chunk that arrived over the network: its segments, in row order."""
 
-    __slots__ = ("segments", "starts", "end", "dtype", "row_shape")
+    __slots__ = ("segments", "starts", "end", "dtype", "row_shape", "_cache")
 
     def __init__(self, dtype: np.dtype, row_shape: tuple[int, ...]):
         self.segments: list[codec.Segment] = []
@@ -50,6 +51,7 @@ class SegmentedRows:
         self.end = 0
         self.dtype = dtype
         self.row_shape = row_shape
+        self._cache: np.ndarray | None = None
 
     def add(self, seg: codec.Segment) -> None:
         if seg.start != self.end:
@@ -75,8 +77,32 @@ class SegmentedRows:
             i += 1
         return out
 
-    def decode(self) -> np.ndarray:  # used if an in-process client samples network-written data
-        return np.concatenate([s.decode() for s in self.segments])
+    def as_array(self) -> np.ndarray:
+        """All rows so far as one read-only array (for in-process samplers), cached until more
+        rows arrive."""
+        cache = self._cache
+        if cache is None or len(cache) != self.end:
+            cache = np.concatenate([s.decode() for s in self.segments])
+            cache.flags.writeable = False
+            self._cache = cache
+        return cache
+
+
+def _estimate_item_bytes(table: Any) -> float:
+    """Bytes of data of one (arbitrary) item of the table, from its chunks' specs."""
+    try:
+        slot = next(iter(table._key_to_slot.values()))
+        packed = table._traj[slot]
+        total = 0
+        for col in items_lib.columns(packed):
+            for chunk, _, ln in col:
+                spec = chunk.spec
+                if spec is None:
+                    return 0.0
+                total += ln * spec[0].itemsize * math.prod(spec[1])
+        return float(total)
+    except (StopIteration, RuntimeError, TypeError, IndexError):
+        return 0.0  # empty or changing under us: rely on what earlier replies taught
 
 
 def _nbytes(data: Any) -> int:
@@ -93,6 +119,7 @@ class ReplayService:
         self._max_bytes = max_message_bytes
         self.active_streams = 0
         self._lock = threading.Lock()
+        self._item_bytes: dict[str, float] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
     def _authorize(self, context: grpc.ServicerContext) -> None:
@@ -142,6 +169,8 @@ class ReplayService:
             raise DecodeError(f"timeout_ms must be None or >= 0, got {timeout_ms!r}")
         deadline = Deadline.from_ms(timeout_ms)
         while True:
+            if not context.is_active():
+                raise errors.CancelledError("the client went away")
             r = deadline.remaining()
             try:
                 return fn(_WAIT_SLICE if r is None else min(r, _WAIT_SLICE))
@@ -178,8 +207,17 @@ class ReplayService:
     def _insert_message(self, msg: Any, chunks: dict[int, Chunk], context: grpc.ServicerContext) -> int | None:
         if not isinstance(msg, dict):
             raise DecodeError("insert request must be a map")
-        for m in msg.get("seg", ()):
-            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes))
+        keep = msg.get("keep", [])
+        if not isinstance(keep, list) or not all(type(k) is int for k in keep):
+            raise DecodeError("field 'keep' must be a list of chunk keys")
+        retried = msg.get("r", [])
+        if not isinstance(retried, list):
+            raise DecodeError("field 'r' must be a list of item positions")
+        segs = msg.get("seg", [])
+        if not isinstance(segs, list):
+            raise DecodeError("field 'seg' must be a list of segments")
+        for m in segs:
+            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes), self._max_bytes)
             c = chunks.get(seg.key)
             if c is None:
                 c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id, nbytes=0,
@@ -191,8 +229,13 @@ class ReplayService:
         if not isinstance(tables, list):
             raise DecodeError("field 't' must be a list of table names")
         table_objs = [self._table(name) for name in tables]
+        retried_set = set(retried)
         per_table: dict[int, list[tuple[Any, ...]]] = {}
-        for it in msg.get("i", ()):
+        items_in = msg.get("i", [])
+        if not isinstance(items_in, list):
+            raise DecodeError("field 'i' must be a list of items")
+        n = 0
+        for pos, it in enumerate(items_in):
             if not isinstance(it, list) or len(it) != 5:
                 raise DecodeError("an item must be [table, key, priority, columns, squeeze]")
             ti, key, prio, cols, sq = it
@@ -203,11 +246,13 @@ class ReplayService:
                 raise DecodeError(f"priority must be a number, got {prio!r}")
             packed, squeeze = self._item_columns(cols, sq, chunks)
             self._check_signature(table_objs[ti], packed, squeeze)
+            if pos in retried_set and key in table_objs[ti]._key_to_slot:
+                n += 1  # a resend of an item stored before the connection broke
+                continue
             per_table.setdefault(ti, []).append((key, float(prio), packed, squeeze))
         for ti, items in per_table.items():
             for it in items:
                 table_objs[ti].validate_priority(it[1])
-        n = 0
         for ti, items in per_table.items():
             table = table_objs[ti]
             rest = items
@@ -222,9 +267,6 @@ class ReplayService:
                     rest = rest[done:]
                     if not context.is_active():
                         return None
-        keep = msg.get("keep", ())
-        if not isinstance(keep, list):
-            raise DecodeError("field 'keep' must be a list of chunk keys")
         keep_set = set(keep)
         for k in [k for k in chunks if k not in keep_set]:
             del chunks[k]
@@ -294,8 +336,20 @@ class ReplayService:
         n = codec.req(msg, "n", int)
         if not 1 <= n <= 1_000_000:
             raise DecodeError(f"num_samples ({n}) must be in [1, 1000000]")
-        batch = self._wait_slices(lambda s: table.sample(n, s), msg.get("to"), context)
-        return encode_sample_batch(batch)
+        # Keep the reply under the message limit: items taken from a table and then not sent
+        # would be lost (for a queue). The per-item size is learnt from earlier replies.
+        per_item = max(self._item_bytes.get(table.name, 0.0), _estimate_item_bytes(table))
+        n = max(1, min(n, int(self._max_bytes * 0.5 // max(per_item, 1.0))))
+        gone = threading.Event()
+        context.add_callback(lambda: (gone.set(), table.wake()))
+        batch = self._wait_slices(lambda s: table.sample(n, s, cancelled=gone.is_set),
+                                  msg.get("to"), context)
+        reply = encode_sample_batch(batch)
+        size = sum(len(c["b"]) for c in reply.get("cols", ())) + sum(
+            len(g["b"]) for g in reply.get("segs", ()))
+        self._item_bytes[table.name] = max(size / max(len(batch), 1),
+                                           0.5 * self._item_bytes.get(table.name, 0))
+        return reply
 
     # -- the rest ---------------------------------------------------------------------------------
     def mutate(self, msg: Any, context: grpc.ServicerContext) -> dict:
@@ -429,12 +483,18 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
     service = ReplayService(server, token=token, max_message_bytes=max_message_bytes)
     options = [
         ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
+        ("grpc.http2.min_time_between_pings_ms", 1_000),
+        ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    gs = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                thread_name_prefix="ostinato-rpc"),
-                     options=options, maximum_concurrent_rpcs=None)
+    executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ostinato-rpc")
+    gs = grpc.server(executor, options=options, maximum_concurrent_rpcs=None)
+    service.executor = executor
     gs.add_generic_rpc_handlers((service.generic_handler(),))
     target = f"{host}:{port}"
     try:

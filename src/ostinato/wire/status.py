@@ -7,6 +7,8 @@ field, never by matching message text. Unknown names fall back to the status cod
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 import grpc
 
 from ostinato import errors
@@ -61,8 +63,9 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
     """Ends the RPC with the status for ``exc`` (raises, as ``context.abort`` does)."""
     name = type(exc).__name__ if type(exc).__name__ in _BY_NAME else ""
     if isinstance(exc, errors.TableNotFoundError):
-        context.set_trailing_metadata(((ERROR_KEY, name), ("ostinato-table", exc.table),
-                                       ("ostinato-available", ",".join(exc.available))))
+        context.set_trailing_metadata((
+            (ERROR_KEY, name), ("ostinato-table", quote(exc.table, safe="")),
+            ("ostinato-available", ",".join(quote(a, safe="") for a in exc.available))))
     else:
         context.set_trailing_metadata(((ERROR_KEY, name),))
     context.abort(code_for(exc), str(exc) or type(exc).__name__)
@@ -75,8 +78,8 @@ def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
     meta = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
     name = meta.get(ERROR_KEY, "")
     if name == "TableNotFoundError":
-        avail = [a for a in meta.get("ostinato-available", "").split(",") if a]
-        return errors.TableNotFoundError(meta.get("ostinato-table", "?"), avail)
+        avail = [unquote(a) for a in meta.get("ostinato-available", "").split(",") if a]
+        return errors.TableNotFoundError(unquote(meta.get("ostinato-table", "?")), avail)
     cls = _BY_NAME.get(name)
     if cls is not None and cls is not errors.UnavailableError:
         return cls(details)
