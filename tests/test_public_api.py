@@ -6,7 +6,7 @@ import ostinato
 import ostinato as reverb
 
 REVERB_NAMES = {
-    "selectors", "rate_limiters", "Client", "Writer", "DeadlineExceededError", "ReverbError",
+    "selectors", "rate_limiters", "checkpointers", "Client", "Writer", "DeadlineExceededError", "ReverbError",
     "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
 }
 OSTINATO_NAMES = {"errors", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",

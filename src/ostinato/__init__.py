@@ -4,7 +4,7 @@
 only; frameworks (TensorFlow, PyTorch, JAX) and gRPC are imported when a feature needs them.
 """
 
-from ostinato import errors, rate_limiters, selectors
+from ostinato import checkpointers, errors, rate_limiters, selectors
 from ostinato.client import Client
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
@@ -34,6 +34,7 @@ __all__ = [
     "TrajectoryColumn",
     "TrajectoryWriter",
     "Writer",
+    "checkpointers",
     "errors",
     "rate_limiters",
     "selectors",

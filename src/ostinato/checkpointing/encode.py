@@ -1,0 +1,162 @@
+"""Turns table snapshots into flat arrays and chunk records, and back.
+
+An item's trajectory becomes ``ncols`` columns; each column ``nslices`` slices; each slice a
+(chunk index, offset, length) triple. Chunk indices point into one chunk list shared by all
+tables of the checkpoint, so a chunk referenced from several tables is stored once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ostinato.checkpointing.format import CheckpointCorruptError, CheckpointError
+from ostinato.core import items as items_lib
+from ostinato.core.chunk_store import Chunk
+
+
+def selector_config(options: Any) -> dict[str, Any]:
+    which = options.WhichOneof("distribution")
+    if which == "prioritized":
+        return {"kind": which, "priority_exponent": float(options.prioritized.priority_exponent)}
+    if which == "heap":
+        return {"kind": which, "min_heap": bool(options.heap.min_heap)}
+    return {"kind": which}
+
+
+def table_config(table: Any) -> dict[str, Any]:
+    """The settings a restoring server's table must share with the checkpointed one."""
+    lim = table.rate_limiter
+    return {
+        "sampler": selector_config(table.sampler.options()),
+        "remover": selector_config(table.remover.options()),
+        "max_size": table.max_size,
+        "max_times_sampled": table.max_times_sampled,
+        "rate_limiter": {"samples_per_insert": lim.samples_per_insert,
+                         "min_size_to_sample": lim.min_size_to_sample,
+                         "min_diff": lim.min_diff, "max_diff": lim.max_diff},
+    }
+
+
+class ChunkCollector:
+    """Deduplicates the chunks referenced by snapshots and records how many rows each needs."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}  # id(chunk) -> position (snapshots keep chunks alive)
+        self.chunks: list[Chunk] = []
+        self.ends: list[int] = []
+
+    def encode_items(self, snap: dict[str, Any]) -> dict[str, np.ndarray]:
+        index, chunks, ends = self.index, self.chunks, self.ends
+        ncols: list[int] = []
+        nslices: list[int] = []
+        s_chunk: list[int] = []
+        s_off: list[int] = []
+        s_len: list[int] = []
+        flags: list[bool] = []
+        for packed, sq in zip(snap["trajectories"], snap["squeeze"]):
+            if type(packed[0]) is Chunk:
+                slices: Any = [(packed[j], packed[j + 1], packed[j + 2])
+                               for j in range(0, len(packed), 3)]
+                ncols.append(len(slices))
+                nslices.extend([1] * len(slices))
+            else:
+                ncols.append(len(packed))
+                slices = []
+                for col in packed:
+                    nslices.append(len(col))
+                    slices.extend(col)
+            for c, off, ln in slices:
+                i = index.get(id(c))
+                if i is None:
+                    i = index[id(c)] = len(chunks)
+                    chunks.append(c)
+                    ends.append(0)
+                if off + ln > ends[i]:
+                    ends[i] = off + ln
+                s_chunk.append(i)
+                s_off.append(off)
+                s_len.append(ln)
+            flags.extend(sq)
+        return {
+            "keys": np.asarray(snap["keys"], dtype="<u8"),
+            "priorities": np.asarray(snap["priorities"], dtype="<f8"),
+            "times_sampled": np.asarray(snap["times_sampled"], dtype="<i4"),
+            "heap_order": np.asarray(snap["heap_order"] if snap["heap_order"] is not None
+                                     else np.zeros(0), dtype="<i8"),
+            "ncols": np.asarray(ncols, dtype="<u4"),
+            "nslices": np.asarray(nslices, dtype="<u4"),
+            "slice_chunk": np.asarray(s_chunk, dtype="<u4"),
+            "slice_offset": np.asarray(s_off, dtype="<u4"),
+            "slice_length": np.asarray(s_len, dtype="<u4"),
+            "squeeze": np.asarray(flags, dtype=np.uint8),
+        }
+
+
+def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool]:
+    """Rows ``[0, end)`` of a chunk as a contiguous little-endian array, and whether the
+    original data was an object array (strings) that must be restored as one."""
+    data = chunk.data
+    if isinstance(data, np.ndarray):
+        rows = data[:end]
+    else:  # network-written rows (wire.service.SegmentedRows): decode only what items use
+        parts = []
+        for seg, local, n in data.covering(0, end):
+            parts.append(seg.decode()[local:local + n])
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    is_object = rows.dtype.hasobject
+    if is_object:
+        conv = np.asarray(rows.tolist())
+        if conv.dtype.kind not in "US" or conv.shape != rows.shape:
+            raise CheckpointError(f"chunk {chunk.key} holds Python objects other than strings "
+                                  "or bytes; such data cannot be checkpointed")
+        rows = conv
+    rows = np.ascontiguousarray(rows)
+    if rows.dtype.byteorder == ">":
+        rows = rows.astype(rows.dtype.newbyteorder("<"))
+    return rows, is_object
+
+
+def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str
+                 ) -> tuple[list[Any], list[tuple[bool, ...]]]:
+    """Packed trajectories and squeeze flags from a table's item arrays."""
+    ncols = arrs["ncols"].tolist()
+    nslices = arrs["nslices"].tolist()
+    sc = arrs["slice_chunk"].tolist()
+    so = arrs["slice_offset"].tolist()
+    sl = arrs["slice_length"].tolist()
+    sq = arrs["squeeze"].tolist()
+    if sum(ncols) != len(nslices) or sum(nslices) != len(sc) or len(sq) != len(nslices) \
+            or (sc and max(sc) >= len(chunks)):
+        raise CheckpointCorruptError(f"{where}: item arrays are inconsistent")
+    trajs: list[Any] = []
+    squeezes: list[tuple[bool, ...]] = []
+    sq_cache: dict[tuple[int, ...], tuple[bool, ...]] = {}
+    refs = [chunks[i] for i in sc]
+    ns = arrs["nslices"]
+    starts = np.concatenate([[0], np.cumsum(arrs["ncols"][:-1], dtype=np.int64)])
+    single = ((np.maximum.reduceat(ns, starts) == 1) if len(ns) else
+              np.ones(len(ncols), dtype=bool)).tolist()
+    ci = si = 0
+    for n, flat in zip(ncols, single):
+        flags = tuple(sq[ci:ci + n])
+        f = sq_cache.get(flags)
+        if f is None:
+            f = sq_cache[flags] = items_lib.intern_squeeze(flags)
+        squeezes.append(f)
+        if flat:  # one slice per column: the packed form is (chunk, offset, length) * n
+            t: list[Any] = [None] * (3 * n)
+            t[0::3] = refs[si:si + n]
+            t[1::3] = so[si:si + n]
+            t[2::3] = sl[si:si + n]
+            trajs.append(tuple(t))
+            si += n
+        else:
+            cols = []
+            for k in nslices[ci:ci + n]:
+                cols.append(tuple(zip(refs[si:si + k], so[si:si + k], sl[si:si + k])))
+                si += k
+            trajs.append(items_lib.pack(cols))
+        ci += n
+    return trajs, squeezes

@@ -1,0 +1,309 @@
+"""Writing, finding, pruning and reading checkpoint directories (see :mod:`.format`).
+
+A save writes everything into ``.tmp-<name>-<pid>``, fsyncs every file and the directory, then
+renames it to ``<name>``: a crash at any point leaves earlier checkpoints whole and at worst a
+temporary directory, which a later save removes once its process is gone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato.checkpointing import encode
+from ostinato.checkpointing.format import (
+    DIR_RE,
+    MANIFEST,
+    TMP_RE,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    HashingWriter,
+    fsync_dir,
+    pack_arrays,
+    read_manifest,
+    read_verified,
+    unpack_arrays,
+    write_manifest,
+)
+from ostinato.core.chunk_store import Chunk
+
+_log = logging.getLogger(__name__)
+_seq = itertools.count()
+DATA_FILE_BYTES = 256 * 1024 * 1024
+RAW, ZSTD = 0, 1
+
+#: progress(phase, done, total): phase is "save" or "load", units are bytes.
+Progress = Callable[[str, int, int], None]
+
+
+def _zstd() -> Any:
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise CheckpointError("compression='zstd' needs the 'zstandard' package") from None
+    return zstandard
+
+
+def _new_name() -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"ckpt-{now}-{next(_seq) % 1_000_000:06d}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_checkpoints(root: str) -> list[str]:
+    """Our finished checkpoint directories under ``root`` (named by us, holding a manifest,
+    which is written before the rename that finishes a save), oldest first."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if DIR_RE.match(n) and _looks_written_by_us(os.path.join(root, n)))
+
+
+def _looks_written_by_us(path: str) -> bool:
+    # A finished save always holds the manifest and chunks.bin; one of them alone means damage
+    # (reported when loading), neither means the directory is not ours.
+    return os.path.exists(os.path.join(path, MANIFEST)) or \
+        os.path.exists(os.path.join(path, "chunks.bin"))
+
+
+def prune(root: str, keep: int) -> None:
+    """Deletes our checkpoints beyond the newest ``keep`` and dead temporary directories.
+
+    Only directories named by this code and (for finished ones) holding a readable manifest are
+    removed; any other file under ``root`` is left alone.
+    """
+    names = list_checkpoints(root)
+    for n in names[:-keep] if keep > 0 else []:
+        path = os.path.join(root, n)
+        try:
+            read_manifest(path)
+        except CheckpointError:
+            _log.warning("not deleting %s: its manifest is not valid", path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+    for n in os.listdir(root):
+        m = TMP_RE.match(n)
+        if m and int(m.group(2)) != os.getpid() and not _pid_alive(int(m.group(2))):
+            shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+
+
+def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
+         progress: Progress | None = None, hook: Callable[[str], None] | None = None) -> str:
+    """Writes a checkpoint of ``tables`` under ``root``; returns its absolute path.
+
+    Each table's lock is held only while :meth:`Table.snapshot` copies its metadata and chunk
+    references; the data is written afterwards while the tables keep serving.
+    """
+    if compression not in (None, "zstd"):
+        raise ValueError(f"compression ({compression!r}) must be None or 'zstd'")
+    hook = hook or (lambda phase: None)
+    t0 = time.perf_counter()
+    snaps = [(t, t.snapshot()) for t in tables]
+    hook("snapshot")
+    collector = encode.ChunkCollector()
+    table_arrays = [collector.encode_items(s) for _, s in snaps]
+    root = os.path.abspath(root)
+    os.makedirs(root, exist_ok=True)
+    name = _new_name()
+    tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
+    os.mkdir(tmp)
+    files: dict[str, Any] = {}
+    specs: list[dict[str, Any]] = []
+    spec_index: dict[tuple[str, tuple[int, ...], bool], int] = {}
+    n = len(collector.chunks)
+    c_key = np.empty(n, dtype="<u8")
+    c_ep = np.empty(n, dtype="<u8")
+    c_spec = np.empty(n, dtype="<u4")
+    c_rows = np.empty(n, dtype="<i8")
+    c_file = np.empty(n, dtype="<u4")
+    c_off = np.empty(n, dtype="<i8")
+    c_len = np.empty(n, dtype="<i8")
+    c_codec = np.full(n, ZSTD if compression else RAW, dtype=np.uint8)
+    total = sum(c.nbytes for c in collector.chunks) or 1
+    cctx = _zstd().ZstdCompressor(level=1) if compression else None
+    fi, w, done = 0, None, 0
+    for i, (c, end) in enumerate(zip(collector.chunks, collector.ends)):
+        if w is None or w.size >= DATA_FILE_BYTES:
+            if w is not None:
+                files[os.path.basename(w.path)] = w.close()
+                fi += 1
+            w = HashingWriter(os.path.join(tmp, f"data-{fi:05d}.bin"))
+            hook(f"data-file-{fi}")
+        rows, is_object = encode.chunk_rows(c, end)
+        sk = (rows.dtype.str, rows.shape[1:], is_object)
+        si = spec_index.get(sk)
+        if si is None:
+            si = spec_index[sk] = len(specs)
+            specs.append({"dtype": sk[0], "row_shape": list(sk[1]), "object": is_object})
+        payload: Any = rows if cctx is None else cctx.compress(rows.tobytes())
+        c_key[i], c_ep[i], c_spec[i], c_rows[i] = c.key, c.episode_id, si, end
+        c_file[i], c_off[i] = fi, w.size
+        w.write(payload)
+        c_len[i] = w.size - c_off[i]
+        done += c.nbytes
+        if progress is not None and (i & 1023) == 0:
+            progress("save", done, total)
+    if w is not None:
+        files[os.path.basename(w.path)] = w.close()
+    hook("data")
+    chunk_arrays, chunk_desc = pack_arrays({
+        "key": c_key, "episode_id": c_ep, "spec": c_spec, "rows": c_rows, "file": c_file,
+        "offset": c_off, "stored_bytes": c_len, "codec": c_codec})
+    w = HashingWriter(os.path.join(tmp, "chunks.bin"))
+    for a in chunk_arrays:
+        w.write(a)
+    files["chunks.bin"] = w.close()
+    tables_meta = []
+    for ti, ((table, snap), arrs) in enumerate(zip(snaps, table_arrays)):
+        packed, desc = pack_arrays(arrs)
+        blob = b"".join(a.tobytes() for a in packed)
+        fname = f"items-{ti:04d}.bin"
+        w = HashingWriter(os.path.join(tmp, fname))
+        w.write(_zstd().ZstdCompressor(level=3).compress(blob))
+        files[fname] = w.close()
+        tables_meta.append({
+            "name": table.name, "config": encode.table_config(table),
+            "counters": {k: int(snap[k]) for k in (
+                "inserts", "samples", "deletes", "num_deleted_episodes", "num_unique_samples")},
+            "num_items": len(arrs["keys"]), "items_file": fname, "items_codec": "zstd",
+            "items_raw_bytes": len(blob), "arrays": desc})
+    hook("items")
+    write_manifest(tmp, {
+        "created_unix": time.time(), "tables": tables_meta, "chunk_specs": specs,
+        "chunk_arrays": chunk_desc, "num_chunks": n, "files": files})
+    fsync_dir(tmp)
+    hook("manifest")
+    final = os.path.join(root, name)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    hook("renamed")
+    if progress is not None:
+        progress("save", total, total)
+    prune(root, keep)
+    _log.info("checkpoint %s written (%d tables, %d chunks, %.1f MB) in %.2f s", final,
+              len(tables_meta), n, sum(f["bytes"] for f in files.values()) / 1e6,
+              time.perf_counter() - t0)
+    return final
+
+
+def _load_chunks(path: str, body: dict[str, Any], progress: Progress | None) -> list[Chunk]:
+    files = body["files"]
+    arrs = unpack_arrays(read_verified(path, "chunks.bin", files["chunks.bin"]),
+                         body["chunk_arrays"], os.path.join(path, "chunks.bin"))
+    specs = [(np.dtype(s["dtype"]), tuple(s["row_shape"]), bool(s["object"]))
+             for s in body["chunk_specs"]]
+    for dt, _, _ in specs:
+        if dt.hasobject:
+            raise CheckpointCorruptError(f"{path}/manifest.json: chunk spec with an object dtype")
+    dctx = None
+    chunks: list[Chunk] = []
+    buf: Any = None
+    cur = -1
+    total = sum(f["bytes"] for k, f in files.items() if k.startswith("data-")) or 1
+    done = 0
+    spec_objs = [(dt, shape) for dt, shape, _ in specs]
+    for key, ep, si, rows, fi, off, ln, codec in zip(
+            arrs["key"].tolist(), arrs["episode_id"].tolist(), arrs["spec"].tolist(),
+            arrs["rows"].tolist(), arrs["file"].tolist(), arrs["offset"].tolist(),
+            arrs["stored_bytes"].tolist(), arrs["codec"].tolist()):
+        if fi != cur:
+            fname = f"data-{fi:05d}.bin"
+            if fname not in files:
+                raise CheckpointCorruptError(f"{path}: chunk table names a missing file {fname}")
+            buf = read_verified(path, fname, files[fname])
+            cur = fi
+            done += len(buf)
+            if progress is not None:
+                progress("load", done, total)
+        dt, shape, is_object = specs[si]
+        raw: Any = memoryview(buf)[off:off + ln]
+        if codec == ZSTD:
+            dctx = dctx or _zstd().ZstdDecompressor()
+            raw = dctx.decompress(raw)
+        count = rows * int(np.prod(shape, dtype=np.int64))
+        if len(raw) != count * dt.itemsize:
+            raise CheckpointCorruptError(f"{path}/data-{fi:05d}.bin: chunk {key} has "
+                                         f"{len(raw)} bytes, expected {count * dt.itemsize}")
+        data = np.frombuffer(raw, dtype=dt, count=count).reshape((rows, *shape))
+        data = data.astype(object) if is_object else data.copy()
+        data.flags.writeable = False
+        chunks.append(Chunk(key, data, ep, spec=spec_objs[si]))
+    return chunks
+
+
+def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> None:
+    """Raises CheckpointMismatchError unless every checkpointed table exists on the server
+    with the same configuration."""
+    for meta in body["tables"]:
+        t = tables.get(meta["name"])
+        if t is None:
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds table {meta['name']!r}, which the server does not "
+                f"have (server tables: {', '.join(sorted(tables))})")
+        want, have = meta["config"], encode.table_config(t)
+        diff = [f"{k}: checkpoint {want[k]!r}, server {have[k]!r}" for k in want
+                if want[k] != have.get(k)]
+        if diff:
+            raise CheckpointMismatchError(
+                f"table {meta['name']!r} of checkpoint {path} was configured differently from "
+                f"the server's table ({'; '.join(diff)}). Build the server with the "
+                "checkpoint's settings, or use a different checkpoint directory.")
+
+
+def load(path: str, tables: dict[str, Any], progress: Progress | None = None) -> None:
+    """Restores the checkpoint at ``path`` into the server's (empty) tables."""
+    t0 = time.perf_counter()
+    body = read_manifest(path)
+    check_tables(body, tables, path)
+    for meta in body["tables"]:
+        if tables[meta["name"]].size:
+            raise CheckpointError(f"table {meta['name']!r} is not empty; a checkpoint is only "
+                                  "restored into empty tables")
+    chunks = _load_chunks(path, body, progress)
+    dctx = _zstd().ZstdDecompressor()
+    for meta in body["tables"]:
+        fname = meta["items_file"]
+        where = os.path.join(path, fname)
+        blob = read_verified(path, fname, body["files"][fname])
+        try:
+            blob = dctx.decompress(blob, max_output_size=meta["items_raw_bytes"])
+        except Exception as e:  # zstandard.ZstdError
+            raise CheckpointCorruptError(f"{where} cannot be decompressed: {e}") from None
+        arrs = unpack_arrays(blob, meta["arrays"], where)
+        trajs, squeezes = encode.decode_items(arrs, chunks, where)
+        if len(trajs) != meta["num_items"] or len(arrs["keys"]) != len(trajs):
+            raise CheckpointCorruptError(f"{where}: expected {meta['num_items']} items")
+        ho = arrs["heap_order"]
+        tables[meta["name"]].restore_items(
+            arrs["keys"], arrs["priorities"], arrs["times_sampled"], trajs, squeezes,
+            meta["counters"], ho if len(ho) else None)
+    _log.info("checkpoint %s restored (%s) in %.2f s", path,
+              ", ".join(f"{m['name']}: {m['num_items']} items" for m in body["tables"]),
+              time.perf_counter() - t0)
+
+
+def latest(root: str) -> str | None:
+    names = list_checkpoints(root)
+    return os.path.join(os.path.abspath(root), names[-1]) if names else None
+
+
+__all__ = ["save", "load", "prune", "latest", "list_checkpoints", "check_tables"]

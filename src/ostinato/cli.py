@@ -1,0 +1,316 @@
+"""``ostinato-server``: run a replay server from a config file.
+
+The config is Reverb's ``reverb_server`` text-proto ``ReverbServerConfig`` (parsed with
+protobuf's ``text_format`` against a schema built here at runtime, so no ``protoc`` is needed),
+or the same structure as TOML / YAML (chosen by file extension). Ostinato adds optional
+top-level fields ``checkpoint_dir``, ``checkpoint_every_seconds`` and ``checkpoint_keep``.
+
+Example (Reverb's README config)::
+
+    port: 8000
+    tables: {
+      table_name: "my_table"
+      sampler: { fifo: true }
+      remover: { fifo: true }
+      max_size: 200
+      max_times_sampled: 5
+      rate_limiter: {
+        min_size_to_sample: 1
+        samples_per_insert: 1
+        min_diff: -1.7976931348623157e+308
+        max_diff: 1.7976931348623157e+308
+      }
+    }
+
+SIGTERM and SIGINT stop the server, after a final checkpoint when ``--checkpoint-on-exit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+_log = logging.getLogger("ostinato.cli")
+
+
+class ConfigError(ValueError):
+    """A bad server config; the message names the field."""
+
+
+# -- text-proto schema ------------------------------------------------------------------------------
+def _message_class() -> Any:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto  # noqa: N806
+    fd = descriptor_pb2.FileDescriptorProto(name="ostinato_server_config.proto",
+                                            package="ostinato.config", syntax="proto3")
+
+    def msg(name: str, fields: list[tuple[str, int, int, str | None, bool, int | None]]) -> Any:
+        m = fd.message_type.add(name=name)
+        for fname, num, ftype, tname, repeated, oneof in fields:
+            f = m.field.add(name=fname, number=num, type=ftype,
+                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+            if tname:
+                f.type_name = f".ostinato.config.{tname}"
+            if oneof is not None:
+                f.oneof_index = oneof
+        return m
+
+    msg("Prioritized", [("priority_exponent", 1, F.TYPE_DOUBLE, None, False, None)])
+    msg("Heap", [("min_heap", 1, F.TYPE_BOOL, None, False, None)])
+    kd = msg("KeyDistributionOptions", [
+        ("fifo", 1, F.TYPE_BOOL, None, False, 0), ("uniform", 2, F.TYPE_BOOL, None, False, 0),
+        ("prioritized", 3, F.TYPE_MESSAGE, "Prioritized", False, 0),
+        ("heap", 4, F.TYPE_MESSAGE, "Heap", False, 0), ("lifo", 6, F.TYPE_BOOL, None, False, 0),
+        ("is_deterministic", 7, F.TYPE_BOOL, None, False, None)])
+    kd.oneof_decl.add(name="distribution")
+    msg("RateLimiterCheckpoint", [
+        ("samples_per_insert", 2, F.TYPE_DOUBLE, None, False, None),
+        ("min_diff", 3, F.TYPE_DOUBLE, None, False, None),
+        ("max_diff", 4, F.TYPE_DOUBLE, None, False, None),
+        ("min_size_to_sample", 5, F.TYPE_INT64, None, False, None),
+        ("sample_count", 6, F.TYPE_INT64, None, False, None),
+        ("insert_count", 7, F.TYPE_INT64, None, False, None),
+        ("delete_count", 8, F.TYPE_INT64, None, False, None)])
+    msg("PriorityTableCheckpoint", [
+        ("table_name", 1, F.TYPE_STRING, None, False, None),
+        ("rate_limiter", 3, F.TYPE_MESSAGE, "RateLimiterCheckpoint", False, None),
+        ("sampler", 4, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
+        ("remover", 5, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
+        ("max_size", 6, F.TYPE_INT64, None, False, None),
+        ("max_times_sampled", 7, F.TYPE_INT32, None, False, None),
+        ("num_deleted_episodes", 8, F.TYPE_INT64, None, False, None),
+        ("num_unique_samples", 10, F.TYPE_INT64, None, False, None)])
+    msg("ReverbServerConfig", [
+        ("tables", 1, F.TYPE_MESSAGE, "PriorityTableCheckpoint", True, None),
+        ("port", 2, F.TYPE_INT32, None, False, None),
+        ("checkpoint_dir", 100, F.TYPE_STRING, None, False, None),
+        ("checkpoint_every_seconds", 101, F.TYPE_DOUBLE, None, False, None),
+        ("checkpoint_keep", 102, F.TYPE_INT32, None, False, None)])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(
+        "ostinato.config.ReverbServerConfig"))
+
+
+def parse_text_proto(text: str, source: str) -> dict[str, Any]:
+    """Parses a text-format ``ReverbServerConfig`` into plain dicts."""
+    try:
+        from google.protobuf import json_format, text_format
+    except ImportError:  # pragma: no cover
+        raise ConfigError("reading a text-proto config needs the 'protobuf' package") from None
+    cls = _message_class()
+    try:
+        m = text_format.Parse(text, cls())
+    except text_format.ParseError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return json_format.MessageToDict(m, preserving_proto_field_name=True)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Reads a config file: ``.toml``, ``.yaml``/``.yml`` or (anything else) text proto."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from None
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(raw.decode())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    if ext in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError("reading a YAML config needs the 'pyyaml' package") from None
+        try:
+            doc = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        return doc or {}
+    return parse_text_proto(raw.decode(), path)
+
+
+# -- building tables ---------------------------------------------------------------------------------
+def _selector(d: Any, where: str) -> Any:
+    from ostinato import selectors
+
+    if not isinstance(d, dict) or not d:
+        raise ConfigError(f"{where}: must set one of fifo, uniform, lifo, prioritized, heap")
+    kinds = [k for k in ("fifo", "uniform", "lifo", "prioritized", "heap") if k in d]
+    if len(kinds) != 1:
+        raise ConfigError(f"{where}: set exactly one of fifo, uniform, lifo, prioritized, heap "
+                          f"(got {sorted(d)})")
+    k = kinds[0]
+    if k in ("fifo", "uniform", "lifo"):
+        if d[k] is not True:
+            raise ConfigError(f"{where}.{k}: distribution={k} but the associated boolean value "
+                              "is false")
+        return {"fifo": selectors.Fifo, "uniform": selectors.Uniform, "lifo": selectors.Lifo}[k]()
+    if k == "prioritized":
+        try:
+            return selectors.Prioritized(float(d[k].get("priority_exponent", 0.0)))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{where}.prioritized.priority_exponent: {e}") from None
+    return selectors.MinHeap() if (d[k] or {}).get("min_heap", False) else selectors.MaxHeap()
+
+
+def _number(d: dict[str, Any], key: str, where: str, default: Any = None) -> float:
+    v = d.get(key, default)
+    if v is None:
+        raise ConfigError(f"{where}.{key} is required")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.{key} ({v!r}) must be a number") from None
+
+
+def tables_from_config(config: dict[str, Any]) -> list[Any]:
+    from ostinato import rate_limiters
+    from ostinato.core.table import Table
+
+    tables = config.get("tables")
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError("config field 'tables' must list at least one table")
+    out = []
+    for i, t in enumerate(tables):
+        where = f"tables[{i}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{where} must be a table message")
+        name = t.get("table_name")
+        if not name:
+            raise ConfigError(f"{where}.table_name is required")
+        where = f"tables[{i}] ({name!r})"
+        rl = t.get("rate_limiter")
+        if not isinstance(rl, dict):
+            raise ConfigError(f"{where}.rate_limiter is required")
+        try:
+            limiter = rate_limiters.RateLimiter(
+                _number(rl, "samples_per_insert", f"{where}.rate_limiter"),
+                int(_number(rl, "min_size_to_sample", f"{where}.rate_limiter")),
+                _number(rl, "min_diff", f"{where}.rate_limiter", -math.inf),
+                _number(rl, "max_diff", f"{where}.rate_limiter", math.inf))
+        except ValueError as e:
+            raise ConfigError(f"{where}.rate_limiter: {e}") from None
+        try:
+            out.append(Table(name=name, sampler=_selector(t.get("sampler"), f"{where}.sampler"),
+                             remover=_selector(t.get("remover"), f"{where}.remover"),
+                             max_size=int(_number(t, "max_size", where)),
+                             rate_limiter=limiter,
+                             max_times_sampled=int(t.get("max_times_sampled", 0))))
+        except (ValueError, TypeError) as e:
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(f"{where}: {e}") from None
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------------------
+def _progress_bar() -> Any:
+    """A progress callback drawing a rich bar for saves and loads (None if rich is missing)."""
+    try:
+        from rich.progress import Progress
+    except ImportError:
+        return None
+    state: dict[str, Any] = {}
+
+    def cb(phase: str, done: int, total: int) -> None:
+        if "bar" not in state:
+            state["bar"] = Progress(transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task(f"checkpoint {phase}", total=total)
+        state["bar"].update(state["task"], completed=done, total=total)
+        if done >= total:
+            state.pop("bar").stop()
+
+    return cb
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ostinato-server", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True,
+                   help="text-proto ReverbServerConfig, or a .toml / .yaml file")
+    p.add_argument("--host", default=None, help="interface to listen on (default localhost)")
+    p.add_argument("--port", type=int, default=None, help="overrides the config's port")
+    p.add_argument("--tls-cert", help="PEM certificate chain file")
+    p.add_argument("--tls-key", help="PEM private key file")
+    p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN"),
+                   help="shared secret clients must send (default $OSTINATO_TOKEN)")
+    p.add_argument("--checkpoint-dir", help="checkpoint root (restored from on start)")
+    p.add_argument("--checkpoint-every", type=float, help="seconds between checkpoints")
+    p.add_argument("--checkpoint-keep", type=int, help="checkpoints to keep (default 1)")
+    p.add_argument("--checkpoint-on-exit", action="store_true",
+                   help="write a final checkpoint on SIGTERM/SIGINT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ostinato import checkpointers
+    from ostinato.server import Server, ServerTLS
+
+    try:
+        config = load_config(args.config)
+        tables = tables_from_config(config)
+    except ConfigError as e:
+        print(f"ostinato-server: bad config: {e}", file=sys.stderr)
+        return 2
+    ckpt_dir = args.checkpoint_dir or config.get("checkpoint_dir")
+    every = args.checkpoint_every or config.get("checkpoint_every_seconds")
+    keep = args.checkpoint_keep or int(config.get("checkpoint_keep", 1))
+    progress = None if args.no_progress else _progress_bar()
+    checkpointer = None
+    if ckpt_dir:
+        checkpointer = checkpointers.DefaultCheckpointer(
+            ckpt_dir, keep=keep, every_seconds=float(every) if every else None, progress=progress)
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            print("ostinato-server: --tls-cert and --tls-key go together", file=sys.stderr)
+            return 2
+        tls = ServerTLS(open(args.tls_cert, "rb").read(), open(args.tls_key, "rb").read())
+    port = args.port if args.port is not None else int(config.get("port", 0)) or None
+    kwargs: dict[str, Any] = {"token": args.token, "tls": tls}
+    if args.host:
+        kwargs["host"] = args.host
+    server = Server(tables, port=port, checkpointer=checkpointer, **kwargs)
+    print(f"ostinato-server listening on port {server.port}", flush=True)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        _log.info("received %s; stopping", signal.Signals(signum).name)
+        threading.Thread(target=_shutdown, daemon=True).start()
+
+    def _shutdown() -> None:
+        try:
+            if args.checkpoint_on_exit and checkpointer is not None:
+                _log.info("final checkpoint written to %s", server.checkpoint())
+        finally:
+            server.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not server.wait(0.5):
+        pass
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
