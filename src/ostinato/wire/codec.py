@@ -28,6 +28,8 @@ RAW = 0
 ZSTD = 1
 #: Segments smaller than this are never compressed.
 COMPRESS_MIN_BYTES = 2048
+#: Bytes test-compressed before compressing a large segment.
+PROBE_BYTES = 4096
 MAX_DIMS = 32
 _ALLOWED_KINDS = set("biufcO")
 
@@ -100,6 +102,12 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes]:
     else:
         payload = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
     if compress and len(payload) >= COMPRESS_MIN_BYTES:
+        # Probe a slice first: incompressible data (images of noise, already-compressed bytes)
+        # is sent raw without paying for a full compression attempt.
+        if len(payload) > 4 * PROBE_BYTES:
+            probe = _zstd_compressor().compress(payload[:PROBE_BYTES])
+            if len(probe) >= 0.9 * PROBE_BYTES:
+                return RAW, payload
         z = _zstd_compressor().compress(payload)
         if len(z) < 0.9 * len(payload):
             return ZSTD, z

@@ -23,7 +23,7 @@ import numpy as np
 from ostinato.core.chunk_store import Chunk
 from ostinato.types import dtype_name, shape_str
 
-TARGET_CHUNK_BYTES = 16 * 1024
+TARGET_CHUNK_BYTES = 128 * 1024
 MAX_AUTO_ROWS = 256
 
 _key_rng = random.Random()
