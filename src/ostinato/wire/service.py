@@ -393,11 +393,13 @@ def _f64_array(b: Any, what: str) -> np.ndarray:
     return np.frombuffer(b, dtype="<f8").astype(np.float64)
 
 
-def _row_bytes(chunk: Chunk, off: int, n: int) -> bytes:
+def _row_bytes(chunk: Chunk, off: int, n: int, rb: int) -> bytes:
+    """Bytes of rows [off, off + n) of a chunk whose rows are ``rb`` bytes each."""
     data = chunk.data
-    if isinstance(data, SegmentedRows):
-        dtype, row_shape = chunk.spec
-        rb = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+    if type(data) is SegmentedRows:
+        segs = data.segments
+        if len(segs) == 1:  # the common case: one segment holds the whole chunk
+            return segs[0].payload[off * rb:(off + n) * rb]
         parts = [seg.payload[local * rb:(local + k) * rb] for seg, local, k in data.covering(off, n)]
         return parts[0] if len(parts) == 1 else b"".join(parts)
     rows = data[off:off + n]
@@ -421,7 +423,8 @@ def _encode_columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
                 len(specs) != 1 and any(t[i].spec != spec for t in trajs)):
             return None
         n = lengths.pop()
-        payload = b"".join([_row_bytes(t[i], t[i + 1], n) for t in trajs])
+        rb = spec[0].itemsize * math.prod(spec[1])
+        payload = b"".join([_row_bytes(t[i], t[i + 1], n, rb) for t in trajs])
         out.append({"d": codec.dtype_to_wire(spec[0]), "h": list(spec[1]), "n": n, "b": payload})
     return out
 

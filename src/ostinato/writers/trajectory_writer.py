@@ -422,11 +422,22 @@ class TrajectoryWriter:
                     self._worker = None
                     self._cv.notify_all()
                     return
-                table, item = self._pending[0]
+                table = self._pending[0][0]
+                batch = []
+                for t, it in self._pending:  # deliver runs of items for one table together
+                    if t != table or len(batch) >= 256:
+                        break
+                    batch.append(it)
             try:
                 # Wait in short slices so that close() is noticed.
-                self._stream.insert(table, [item], Deadline.after(0.5))
-            except errors.RateLimiterTimeout:
+                self._stream.insert(table, batch, Deadline.after(0.5))
+            except errors.RateLimiterTimeout as e:
+                done = len(getattr(e, "inserted", ()))
+                if done:
+                    with self._cv:
+                        for _ in range(done):
+                            self._pending.popleft()
+                        self._cv.notify_all()
                 continue
             except BaseException as e:  # noqa: BLE001 - handed to the user's next call
                 with self._cv:
@@ -435,7 +446,8 @@ class TrajectoryWriter:
                     self._cv.notify_all()
                 return
             with self._cv:
-                self._pending.popleft()
+                for _ in range(len(batch)):
+                    self._pending.popleft()
                 self._cv.notify_all()
 
     def _raise_error(self) -> None:
