@@ -146,7 +146,12 @@ class GrpcTransport(Transport):
     def table_meta(self, table: str) -> TableMeta:
         meta = self._meta.get(table)
         if meta is None:
-            infos = self.server_info(Deadline.after(self.options.unavailable_timeout or None))
+            try:
+                infos = self.server_info(Deadline.after(max(self.options.unavailable_timeout, 1.0)))
+            except errors.DeadlineExceededError:
+                raise errors.UnavailableError(
+                    f"Server at {self.address} did not answer within "
+                    f"{max(self.options.unavailable_timeout, 1.0):g} s", self.address) from None
             meta = self._meta.get(table)
             if meta is None:
                 raise errors.TableNotFoundError(table, list(infos))
