@@ -6,8 +6,8 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 # The framework adapters and device buffers are tested for real on CPU: PyTorch 2.13.0 (CPU
-# build) and JAX (CPU). Set OSTINATO_SKIP_FRAMEWORKS=1 to skip installing them.
+# build), JAX (CPU) and TensorFlow (CPU). Set OSTINATO_SKIP_FRAMEWORKS=1 to skip installing them.
 if [ "${OSTINATO_SKIP_FRAMEWORKS:-0}" != "1" ]; then
-  .venv/bin/python -m pip install -q "torch==2.13.0" jax jaxlib
+  .venv/bin/python -m pip install -q "torch==2.13.0" jax jaxlib tensorflow-cpu
 fi
 exec .venv/bin/python -m pytest -q "$@"

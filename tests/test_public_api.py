@@ -6,10 +6,11 @@ import ostinato
 import ostinato as reverb
 
 REVERB_NAMES = {
-    "selectors", "rate_limiters", "checkpointers", "Client", "Writer", "DeadlineExceededError", "ReverbError",
+    "selectors", "rate_limiters", "checkpointers", "TrajectoryDataset", "TimestepDataset",
+    "TFClient", "Client", "Writer", "DeadlineExceededError", "ReverbError",
     "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
 }
-OSTINATO_NAMES = {"errors", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
+OSTINATO_NAMES = {"errors", "datasets", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
                   "TableExtensionBase"}
 
 

@@ -17,6 +17,24 @@ from ostinato.writers.trajectory_writer import TrajectoryWriter
 
 __version__ = "0.1.0"
 
+# Framework adapters load their framework on first use (TensorFlow, PyTorch, JAX).
+_LAZY = {"TrajectoryDataset": "ostinato.datasets.tf_dataset",
+         "TimestepDataset": "ostinato.datasets.tf_dataset",
+         "TFClient": "ostinato.datasets.tf_client",
+         "datasets": "ostinato.datasets"}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes
+    import importlib
+
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ostinato' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    value = mod if name == "datasets" else getattr(mod, name)
+    globals()[name] = value
+    return value
+
 __all__ = [
     "Client",
     "DeadlineExceededError",
@@ -29,12 +47,16 @@ __all__ = [
     "Table",
     "TableExtension",
     "TableExtensionBase",
+    "TFClient",
     "TableInfo",
     "TensorSpec",
+    "TimestepDataset",
+    "TrajectoryDataset",
     "TrajectoryColumn",
     "TrajectoryWriter",
     "Writer",
     "checkpointers",
+    "datasets",
     "errors",
     "rate_limiters",
     "selectors",
