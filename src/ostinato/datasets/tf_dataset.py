@@ -64,9 +64,11 @@ def _text(value: Any, name: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, tf.Tensor):
-        if not tf.executing_eagerly() and not hasattr(value, "numpy"):
-            raise ValueError(f"{name} ({value!r}) must be a Python string or an eager tensor")
-        v = value.numpy()
+        try:
+            v = value.numpy()
+        except (AttributeError, NotImplementedError):  # a symbolic (graph) tensor
+            raise ValueError(
+                f"{name} ({value!r}) must be a Python string or an eager tensor") from None
         return v.decode() if isinstance(v, bytes) else str(v)
     raise ValueError(f"{name} ({value!r}) must be a string")
 
