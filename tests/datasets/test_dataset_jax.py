@@ -73,3 +73,19 @@ def test_arguments_are_checked(serve):
     if not jax.config.read("jax_enable_x64"):
         with pytest.raises(ValueError, match="jax_enable_x64"):
             datasets.JaxIterator(client, "queue", batch_size=5, info_on_device=True)
+
+
+def test_info_on_device_with_x64(serve):
+    client = serve(TABLES_CODE)
+    write_queue(client, "queue", range(4))
+    before = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        with datasets.JaxIterator(client, "queue", batch_size=4, max_samples=4,
+                                  info_on_device=True) as it:
+            b = next(it)
+        assert isinstance(b.info.key, jax.Array) and b.info.key.dtype == np.uint64
+        assert b.info.probability.dtype == np.float64
+        assert np.asarray(b.data["x"]).tolist() == [0, 1, 2, 3]
+    finally:
+        jax.config.update("jax_enable_x64", before)

@@ -340,7 +340,25 @@ def test_gather_matches_stack_batch_for_items_spanning_chunks(make_server):
 
 def test_package_import_loads_no_framework():
     code = ("import sys, ostinato.datasets\n"
-            "print([m for m in ('tensorflow', 'torch', 'jax') if m in sys.modules])")
+            "print([m for m in ('tensorflow', 'torch', 'jax', 'grpc') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_heap_table_order_is_kept(make_server):
+    server = make_server(reverb.Table(name="h", sampler=reverb.selectors.MaxHeap(),
+                                      remover=reverb.selectors.Fifo(), max_size=100,
+                                      max_times_sampled=1,
+                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    client = reverb.Client(f"localhost:{server.port}", in_process=False)
+    values = np.random.default_rng(3).permutation(30)
+    with client.trajectory_writer(num_keep_alive_refs=1) as w:
+        for v in values:
+            w.append({"x": np.int64(v)})
+            w.create_item("h", float(v), {"x": w.history["x"][-1]})
+    it = datasets.numpy(client, "h", batch_size=4, max_samples=30, num_workers_per_iterator=3,
+                        max_in_flight_samples_per_worker=2)
+    assert it.sampler.num_workers == 1
+    got = np.concatenate([b.data[0] for b in it])
+    np.testing.assert_array_equal(got, np.arange(29, -1, -1))

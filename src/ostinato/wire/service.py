@@ -408,24 +408,35 @@ def _row_bytes(chunk: Chunk, off: int, n: int, rb: int) -> bytes:
 
 def _encode_columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     """One payload per column holding the rows of all items, when the items are alike
-    (same columns, lengths, dtypes and shapes; no strings). Otherwise None."""
+    (same columns, lengths, dtypes and shapes; no strings), whether a column is one slice of
+    a chunk or spans several chunks. Otherwise None."""
     trajs = batch.trajectories
-    first = trajs[0]
-    if type(first[0]) is not Chunk or batch.squeeze.count(batch.squeeze[0]) != len(trajs) \
-            or len(set(map(len, trajs))) != 1 or any(type(t[0]) is not Chunk for t in trajs):
+    if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
+        return None
+    per_item = [items_lib.columns(t) for t in trajs]
+    ncols = len(per_item[0])
+    if any(len(c) != ncols for c in per_item):
         return None
     out = []
-    for i in range(0, len(first), 3):
-        lengths = {t[i + 2] for t in trajs}
-        specs = {id(t[i].spec) for t in trajs}
-        spec = first[i].spec
-        if len(lengths) != 1 or spec is None or spec[0].kind == "O" or (
-                len(specs) != 1 and any(t[i].spec != spec for t in trajs)):
+    for ci in range(ncols):
+        first = per_item[0][ci]
+        spec = first[0][0].spec
+        if spec is None or spec[0].kind == "O":
             return None
-        n = lengths.pop()
+        n = sum(x[2] for x in first)
         rb = spec[0].itemsize * math.prod(spec[1])
-        payload = b"".join([_row_bytes(t[i], t[i + 1], n, rb) for t in trajs])
-        out.append({"d": codec.dtype_to_wire(spec[0]), "h": list(spec[1]), "n": n, "b": payload})
+        parts = []
+        for cols in per_item:
+            total = 0
+            for chunk, off, ln in cols[ci]:
+                if chunk.spec is not spec and chunk.spec != spec:
+                    return None
+                parts.append(_row_bytes(chunk, off, ln, rb))
+                total += ln
+            if total != n:
+                return None
+        out.append({"d": codec.dtype_to_wire(spec[0]), "h": list(spec[1]), "n": n,
+                    "b": b"".join(parts)})
     return out
 
 
