@@ -11,8 +11,10 @@ The on-disk format is described in :mod:`ostinato.checkpointing.format`.
 Restore rule (differs from Reverb on purpose): every checkpointed table must exist on the new
 server with the same sampler, remover, max_size, max_times_sampled and rate limiter settings,
 otherwise :class:`CheckpointMismatchError` names the differing fields. Reverb silently replaced
-the new server's settings with the checkpoint's. Server tables missing from the checkpoint start
-empty (a warning is logged).
+the new server's settings with the checkpoint's. Signatures: a server table without one takes the
+checkpoint's (logged); if both have one they must be equal (else the error names ``signature``);
+a checkpoint that recorded none keeps the server's. Server tables missing from the checkpoint
+start empty (a warning is logged).
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ class CheckpointerBase(abc.ABC):
 
 class DefaultCheckpointer(CheckpointerBase):
     """Writes checkpoints under ``path`` and restores the newest one when a server starts.
+
+    Restore rule: every checkpointed table must exist on the restoring server with the same
+    sampler, remover, ``max_size``, ``max_times_sampled`` and rate limiter settings, else
+    :class:`CheckpointMismatchError` names the table and the differing fields. The table's
+    signature is recorded too: a server table without a signature adopts the checkpoint's
+    (logged at INFO); if both have one and they differ, the error names ``signature``; a
+    checkpoint without one (written by an Ostinato that did not record signatures) keeps the
+    server's. Server tables missing from the checkpoint start empty (a warning is logged).
 
     Args:
       path: root directory; each checkpoint is a ``ckpt-<UTC time>-<seq>`` directory in it.

@@ -2,8 +2,10 @@
 
 The config is Reverb's ``reverb_server`` text-proto ``ReverbServerConfig`` (parsed with
 protobuf's ``text_format`` against a schema built here at runtime, so no ``protoc`` is needed),
-or the same structure as TOML / YAML (chosen by file extension). Ostinato adds optional
-top-level fields ``checkpoint_dir``, ``checkpoint_every_seconds`` and ``checkpoint_keep``.
+or the same structure as TOML / YAML (chosen by file extension; YAML needs ``pyyaml``, the
+``ostinato[yaml]`` extra). Ostinato adds optional top-level fields ``checkpoint_dir``,
+``checkpoint_every_seconds`` and ``checkpoint_keep``. As in the text proto, a field the schema
+does not know is an error in TOML and YAML too (a misspelt optional field is not ignored).
 
 Example (Reverb's README config)::
 
@@ -41,6 +43,23 @@ _log = logging.getLogger("ostinato.cli")
 
 class ConfigError(ValueError):
     """A bad server config; the message names the field."""
+
+
+# Fields of ReverbServerConfig and its messages (the text-proto schema below has the same).
+_SELECTOR_FIELDS = ("fifo", "uniform", "lifo", "prioritized", "heap", "is_deterministic")
+_RATE_LIMITER_FIELDS = ("samples_per_insert", "min_diff", "max_diff", "min_size_to_sample",
+                        "sample_count", "insert_count", "delete_count")
+_TABLE_FIELDS = ("table_name", "sampler", "remover", "max_size", "max_times_sampled",
+                 "rate_limiter", "num_deleted_episodes", "num_unique_samples")
+_CONFIG_FIELDS = ("tables", "port", "checkpoint_dir", "checkpoint_every_seconds",
+                  "checkpoint_keep")
+
+
+def _check_fields(d: dict[Any, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {', '.join(map(repr, unknown))} "
+                          f"(known fields: {', '.join(known)})")
 
 
 # -- text-proto schema ------------------------------------------------------------------------------
@@ -122,23 +141,39 @@ def load_config(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read config {path}: {e}") from None
     ext = os.path.splitext(path)[1].lower()
     if ext == ".toml":
-        import tomllib
-
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10: the same parser as the 'tomli' package
+            try:
+                import tomli as tomllib
+            except ImportError:
+                raise ConfigError(f"{path}: reading a TOML config on Python < 3.11 needs the "
+                                  "'tomli' package (pip install tomli)") from None
         try:
             return tomllib.loads(raw.decode())
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: {e}") from None
     if ext in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError:
-            raise ConfigError("reading a YAML config needs the 'pyyaml' package") from None
+            raise ConfigError(f"{path}: reading a YAML config needs the 'pyyaml' package "
+                              "(pip install 'ostinato[yaml]' or pip install pyyaml)") from None
         try:
             doc = yaml.safe_load(raw)
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: {e}") from None
-        return doc or {}
-    return parse_text_proto(raw.decode(), path)
+        if doc is None:
+            return {}
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{path}: the document must be a mapping with a 'tables' field, "
+                              f"got a {type(doc).__name__}")
+        return doc
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return parse_text_proto(text, path)
 
 
 # -- building tables ---------------------------------------------------------------------------------
@@ -147,6 +182,7 @@ def _selector(d: Any, where: str) -> Any:
 
     if not isinstance(d, dict) or not d:
         raise ConfigError(f"{where}: must set one of fifo, uniform, lifo, prioritized, heap")
+    _check_fields(d, _SELECTOR_FIELDS, where)
     kinds = [k for k in ("fifo", "uniform", "lifo", "prioritized", "heap") if k in d]
     if len(kinds) != 1:
         raise ConfigError(f"{where}: set exactly one of fifo, uniform, lifo, prioritized, heap "
@@ -157,12 +193,23 @@ def _selector(d: Any, where: str) -> Any:
             raise ConfigError(f"{where}.{k}: distribution={k} but the associated boolean value "
                               "is false")
         return {"fifo": selectors.Fifo, "uniform": selectors.Uniform, "lifo": selectors.Lifo}[k]()
+    sub = d[k] if d[k] is not None else {}
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{where}.{k} ({sub!r}) must be a message (a mapping)")
     if k == "prioritized":
+        _check_fields(sub, ("priority_exponent",), f"{where}.prioritized")
         try:
-            return selectors.Prioritized(float(d[k].get("priority_exponent", 0.0)))
-        except (ValueError, TypeError, AttributeError) as e:
+            return selectors.Prioritized(_number(sub, "priority_exponent", f"{where}.prioritized",
+                                                 0.0))
+        except ValueError as e:
+            if isinstance(e, ConfigError):
+                raise
             raise ConfigError(f"{where}.prioritized.priority_exponent: {e}") from None
-    return selectors.MinHeap() if (d[k] or {}).get("min_heap", False) else selectors.MaxHeap()
+    _check_fields(sub, ("min_heap",), f"{where}.heap")
+    min_heap = sub.get("min_heap", False)
+    if not isinstance(min_heap, bool):
+        raise ConfigError(f"{where}.heap.min_heap ({min_heap!r}) must be true or false")
+    return selectors.MinHeap() if min_heap else selectors.MaxHeap()
 
 
 def _number(d: dict[str, Any], key: str, where: str, default: Any = None) -> float:
@@ -170,49 +217,98 @@ def _number(d: dict[str, Any], key: str, where: str, default: Any = None) -> flo
     if v is None:
         raise ConfigError(f"{where}.{key} is required")
     try:
+        if isinstance(v, bool):
+            raise TypeError
         return float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}.{key} ({v!r}) must be a number") from None
+
+
+def _integer(d: dict[str, Any], key: str, where: str, default: Any = None) -> int:
+    """An integer field; the text proto's int64 fields arrive as strings (proto JSON)."""
+    v = d.get(key, default)
+    if v is None:
+        raise ConfigError(f"{where}.{key} is required")
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}.{key} ({v!r}) must be an integer")
 
 
 def tables_from_config(config: dict[str, Any]) -> list[Any]:
     from ostinato import rate_limiters
     from ostinato.core.table import Table
 
+    _check_fields(config, _CONFIG_FIELDS, "config")
     tables = config.get("tables")
     if not isinstance(tables, list) or not tables:
         raise ConfigError("config field 'tables' must list at least one table")
     out = []
+    seen: set[str] = set()
     for i, t in enumerate(tables):
         where = f"tables[{i}]"
         if not isinstance(t, dict):
             raise ConfigError(f"{where} must be a table message")
         name = t.get("table_name")
-        if not name:
-            raise ConfigError(f"{where}.table_name is required")
+        if not name or not isinstance(name, str):
+            raise ConfigError(f"{where}.table_name is required (a non-empty string)")
+        if name in seen:
+            raise ConfigError(f"{where}.table_name ({name!r}) is used by an earlier table")
+        seen.add(name)
         where = f"tables[{i}] ({name!r})"
+        _check_fields(t, _TABLE_FIELDS, where)
         rl = t.get("rate_limiter")
         if not isinstance(rl, dict):
             raise ConfigError(f"{where}.rate_limiter is required")
+        _check_fields(rl, _RATE_LIMITER_FIELDS, f"{where}.rate_limiter")
         try:
             limiter = rate_limiters.RateLimiter(
                 _number(rl, "samples_per_insert", f"{where}.rate_limiter"),
-                int(_number(rl, "min_size_to_sample", f"{where}.rate_limiter")),
+                _integer(rl, "min_size_to_sample", f"{where}.rate_limiter"),
                 _number(rl, "min_diff", f"{where}.rate_limiter", -math.inf),
                 _number(rl, "max_diff", f"{where}.rate_limiter", math.inf))
         except ValueError as e:
+            if isinstance(e, ConfigError):
+                raise
             raise ConfigError(f"{where}.rate_limiter: {e}") from None
         try:
             out.append(Table(name=name, sampler=_selector(t.get("sampler"), f"{where}.sampler"),
                              remover=_selector(t.get("remover"), f"{where}.remover"),
-                             max_size=int(_number(t, "max_size", where)),
+                             max_size=_integer(t, "max_size", where),
                              rate_limiter=limiter,
-                             max_times_sampled=int(t.get("max_times_sampled", 0))))
+                             max_times_sampled=_integer(t, "max_times_sampled", where, 0)))
         except (ValueError, TypeError) as e:
             if isinstance(e, ConfigError):
                 raise
             raise ConfigError(f"{where}: {e}") from None
     return out
+
+
+def server_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's ``port`` and checkpoint fields, validated (None where not set)."""
+    port = _integer(config, "port", "config", 0)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"config.port ({port}) must be in 0..65535 (0 picks a free port)")
+    ckpt_dir = config.get("checkpoint_dir")
+    if ckpt_dir is not None and not isinstance(ckpt_dir, str):
+        raise ConfigError(f"config.checkpoint_dir ({ckpt_dir!r}) must be a path")
+    every = keep = None
+    if config.get("checkpoint_every_seconds") is not None:
+        every = _number(config, "checkpoint_every_seconds", "config")
+        if not every > 0:
+            raise ConfigError(f"config.checkpoint_every_seconds ({every}) must be > 0")
+    if config.get("checkpoint_keep") is not None:
+        keep = _integer(config, "checkpoint_keep", "config")
+        if keep < 1:
+            raise ConfigError(f"config.checkpoint_keep ({keep}) must be >= 1")
+    return {"port": port or None, "checkpoint_dir": ckpt_dir or None,
+            "checkpoint_every_seconds": every, "checkpoint_keep": keep}
 
 
 # -- main ----------------------------------------------------------------------------------------------
@@ -236,6 +332,43 @@ def _progress_bar() -> Any:
     return cb
 
 
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        return v
+
+    return parse
+
+
+def _read_pem(path: str, flag: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: {e.strerror or e}") from None
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"{flag} {path}: not a PEM file (no '-----BEGIN' line)")
+    return data
+
+
+def _check_key_pair(cert_path: str, key_path: str) -> None:
+    """Loads the pair with the ssl module: gRPC only reports a bad pair as a failed bind."""
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+            cert_path, key_path, password=lambda: b"")  # an encrypted key fails, never prompts
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"--tls-cert {cert_path} / --tls-key {key_path} cannot be used "
+                          f"together (does the key match the certificate, and is it not "
+                          f"encrypted?): {e}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ostinato-server", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True,
@@ -244,21 +377,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="overrides the config's port")
     p.add_argument("--tls-cert", help="PEM certificate chain file")
     p.add_argument("--tls-key", help="PEM private key file")
-    p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN"),
+    p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
                    help="shared secret clients must send (default $OSTINATO_TOKEN)")
     p.add_argument("--checkpoint-dir", help="checkpoint root (restored from on start)")
-    p.add_argument("--checkpoint-every", type=float, help="seconds between checkpoints")
-    p.add_argument("--checkpoint-keep", type=int, help="checkpoints to keep (default 1)")
+    p.add_argument("--checkpoint-every", type=_positive(float),
+                   help="seconds between checkpoints")
+    p.add_argument("--checkpoint-keep", type=_positive(int),
+                   help="checkpoints to keep (default 1)")
     p.add_argument("--checkpoint-on-exit", action="store_true",
                    help="write a final checkpoint on SIGTERM/SIGINT")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.token is not None and not args.token:
+        parser.error("--token must not be empty")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ostinato import checkpointers
     from ostinato.server import Server, ServerTLS
@@ -266,28 +407,37 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         tables = tables_from_config(config)
+        settings = server_settings(config)
     except ConfigError as e:
         print(f"ostinato-server: bad config: {e}", file=sys.stderr)
         return 2
-    ckpt_dir = args.checkpoint_dir or config.get("checkpoint_dir")
-    every = args.checkpoint_every or config.get("checkpoint_every_seconds")
-    keep = args.checkpoint_keep or int(config.get("checkpoint_keep", 1))
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = ServerTLS(_read_pem(args.tls_cert, "--tls-cert"),
+                            _read_pem(args.tls_key, "--tls-key"))
+            _check_key_pair(args.tls_cert, args.tls_key)
+        except ConfigError as e:
+            print(f"ostinato-server: {e}", file=sys.stderr)
+            return 2
+    ckpt_dir = args.checkpoint_dir or settings["checkpoint_dir"]
+    every = (args.checkpoint_every if args.checkpoint_every is not None
+             else settings["checkpoint_every_seconds"])
+    keep = args.checkpoint_keep if args.checkpoint_keep is not None else settings["checkpoint_keep"]
     progress = None if args.no_progress else _progress_bar()
     checkpointer = None
     if ckpt_dir:
         checkpointer = checkpointers.DefaultCheckpointer(
-            ckpt_dir, keep=keep, every_seconds=float(every) if every else None, progress=progress)
-    tls = None
-    if args.tls_cert or args.tls_key:
-        if not (args.tls_cert and args.tls_key):
-            print("ostinato-server: --tls-cert and --tls-key go together", file=sys.stderr)
-            return 2
-        tls = ServerTLS(open(args.tls_cert, "rb").read(), open(args.tls_key, "rb").read())
-    port = args.port if args.port is not None else int(config.get("port", 0)) or None
+            ckpt_dir, keep=keep or 1, every_seconds=every, progress=progress)
+    port = args.port if args.port is not None else settings["port"]
     kwargs: dict[str, Any] = {"token": args.token, "tls": tls}
     if args.host:
         kwargs["host"] = args.host
-    server = Server(tables, port=port, checkpointer=checkpointer, **kwargs)
+    try:  # a bad port, a port in use, a checkpoint that does not fit the tables, bad TLS keys
+        server = Server(tables, port=port, checkpointer=checkpointer, **kwargs)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"ostinato-server: cannot start: {e}", file=sys.stderr)
+        return 1
     print(f"ostinato-server listening on port {server.port}", flush=True)
     stopping = threading.Event()
 

@@ -1,4 +1,5 @@
-"""The ostinato-server command: Reverb's README config, TOML, bad configs, SIGTERM + checkpoint."""
+"""The ostinato-server command: Reverb's README config, TOML, YAML, bad configs, TLS and token
+flags, SIGTERM + checkpoint."""
 
 from __future__ import annotations
 
@@ -44,6 +45,22 @@ max_size = 1000
 sampler = { prioritized = { priority_exponent = 0.6 } }
 remover = { fifo = true }
 rate_limiter = { samples_per_insert = 4.0, min_size_to_sample = 1, min_diff = -100.0, max_diff = 100.0 }
+"""
+
+
+YAML_CONFIG = """
+port: 0
+checkpoint_keep: 2
+tables:
+  - table_name: replay
+    max_size: 1000
+    sampler: {prioritized: {priority_exponent: 0.6}}
+    remover: {fifo: true}
+    rate_limiter:
+      samples_per_insert: 4.0
+      min_size_to_sample: 1
+      min_diff: -100.0
+      max_diff: 100.0
 """
 
 
@@ -125,3 +142,208 @@ def test_periodic_flag(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(60) == 0
+
+
+# -- YAML -----------------------------------------------------------------------------------------
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            assert p.wait(60) == 0, p.stderr.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+
+
+def _insert_and_sample(client, table: str, value: float = 1.0) -> None:
+    client.insert([np.full(3, value, dtype=np.float32)], {table: 1.0})
+    s = next(iter(client.sample(table, 1)))
+    np.testing.assert_array_equal(s[0].data[0], np.full(3, value, dtype=np.float32))
+
+
+def test_yaml_and_toml_configs_are_the_same_config(tmp_path):
+    (tmp_path / "a.toml").write_text(TOML_CONFIG)
+    (tmp_path / "a.yaml").write_text(YAML_CONFIG)
+    assert cli.load_config(str(tmp_path / "a.yaml")) == cli.load_config(str(tmp_path / "a.toml"))
+
+
+@pytest.mark.parametrize("name,text", [("server.yaml", YAML_CONFIG), ("server.yml", YAML_CONFIG),
+                                       ("server.toml", TOML_CONFIG)])
+def test_yaml_or_toml_config_serves_a_client(tmp_path, name, text):
+    cfg = tmp_path / name
+    cfg.write_text(text)
+    p, port = _start(["--config", str(cfg)])  # port 0 in the file: a free port is picked
+    try:
+        client = reverb.Client(f"localhost:{port}")
+        info = client.server_info()["replay"]
+        assert info.max_size == 1000 and info.sampler_options.prioritized.priority_exponent == 0.6
+        assert info.rate_limiter_info.samples_per_insert == 4.0
+        _insert_and_sample(client, "replay")
+    finally:
+        _stop(p)
+
+
+def test_yaml_without_pyyaml_says_what_to_install(tmp_path, monkeypatch):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml -> ImportError
+    with pytest.raises(cli.ConfigError, match=r"needs the 'pyyaml' package.*ostinato\[yaml\]"):
+        cli.load_config(str(cfg))
+
+
+def test_toml_on_python_3_10_without_tomli_says_what_to_install(tmp_path, monkeypatch):
+    cfg = tmp_path / "server.toml"
+    cfg.write_text(TOML_CONFIG)
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    monkeypatch.setitem(sys.modules, "tomli", None)
+    with pytest.raises(cli.ConfigError, match="needs the 'tomli' package"):
+        cli.load_config(str(cfg))
+
+
+def test_bad_yaml_config_exits_2_naming_the_field(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(YAML_CONFIG.replace("max_size: 1000", "max_size: 1000\n    max_times_sample: 5"))
+    p = subprocess.run([sys.executable, "-m", "ostinato.cli", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "bad config" in p.stderr and "max_times_sample" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("port: 0", "port: 0\ntabels: []", "tabels"),                        # misspelt top level
+    ("max_size: 1000", "max_size: 10.5", "max_size"),                    # not an integer
+    ("max_size: 1000", "max_size: true", "max_size"),
+    ("max_size: 1000", "max_size: 1000\n    max_times_sampled: x", "max_times_sampled"),
+    ("max_size: 1000", "", "max_size"),                                  # missing
+    ("remover: {fifo: true}", "remover: {heap: true}", "remover.heap"),  # not a message
+    ("remover: {fifo: true}", "remover: {heap: {min_heap: 1}}", "min_heap"),
+    ("remover: {fifo: true}", "remover: {fifo: false}", "remover.fifo"),
+    ("remover: {fifo: true}", "remover: {fifo: true, lifo: true}", "remover"),
+    ("priority_exponent: 0.6", "priority_exponent: x", "priority_exponent"),
+    ("priority_exponent: 0.6", "exponent: 0.6", "exponent"),
+    ("min_size_to_sample: 1", "min_size_to_sample: 1.5", "min_size_to_sample"),
+    ("samples_per_insert: 4.0", "samples_per_insert: -1", "rate_limiter"),
+    ("min_diff: -100.0", "min_dif: -100.0", "min_dif"),
+    ("port: 0", "port: 70000", "port"),
+    ("port: 0", "port: zero", "port"),
+    ("checkpoint_keep: 2", "checkpoint_keep: 0", "checkpoint_keep"),
+    ("checkpoint_keep: 2", "checkpoint_every_seconds: -5", "checkpoint_every_seconds"),
+    ("table_name: replay", "table_name: ''", "table_name"),
+    ("max_size: 1000", "max_size: [1000", "line"),                       # YAML syntax error
+])
+def test_bad_yaml_configs(tmp_path, capsys, old, new, field):
+    cfg = tmp_path / "bad.yaml"
+    assert old in YAML_CONFIG
+    cfg.write_text(YAML_CONFIG.replace(old, new))
+    assert cli.main(["--config", str(cfg), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "bad config" in err and field in err, err
+
+
+@pytest.mark.parametrize("text,what", [("- a\n- b\n", "mapping"), ("just text\n", "mapping"),
+                                       ("port: 1\n", "tables")])
+def test_yaml_document_of_the_wrong_shape(tmp_path, capsys, text, what):
+    cfg = tmp_path / "bad.yml"
+    cfg.write_text(text)
+    assert cli.main(["--config", str(cfg)]) == 2
+    assert what in capsys.readouterr().err
+
+
+def test_duplicate_table_names_are_a_config_error(tmp_path, capsys):
+    cfg = tmp_path / "dup.yaml"
+    table = YAML_CONFIG.split("tables:\n", 1)[1]
+    cfg.write_text(YAML_CONFIG + table)
+    assert cli.main(["--config", str(cfg)]) == 2
+    assert "tables[1].table_name ('replay')" in capsys.readouterr().err
+
+
+# -- TLS and token flags -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ca():
+    trustme = pytest.importorskip("trustme")  # test-only dependency, as in tests/wire
+    return trustme.CA()
+
+
+def _cert_files(ca, tmp_path, *names) -> tuple[str, str]:
+    cert = ca.issue_cert(*(names or ("localhost", "127.0.0.1")))
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_bytes(b"".join(b.bytes() for b in cert.cert_chain_pems))
+    cert.private_key_pem.write_to_path(str(key))
+    return str(chain), str(key)
+
+
+def test_tls_flags(tmp_path, ca):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    chain, key = _cert_files(ca, tmp_path, "replay.ostinato.test")
+    p, port = _start(["--config", str(cfg), "--tls-cert", chain, "--tls-key", key])
+    try:
+        good = reverb.Client(f"localhost:{port}", in_process=False,
+                             root_certificates=ca.cert_pem.bytes(),
+                             tls_server_name="replay.ostinato.test")
+        _insert_and_sample(good, "replay", 2.0)
+        address = f"localhost:{port}"
+        plain = reverb.Client(address, in_process=False, unavailable_timeout=0.5)
+        t0 = time.monotonic()
+        with pytest.raises(reverb.errors.UnavailableError, match=address) as ei:
+            plain.insert([np.zeros(3, np.float32)], {"replay": 1.0})
+        assert time.monotonic() - t0 < 10 and ei.value.address == address
+        assert good.server_info()["replay"].current_size == 1  # nothing got in
+    finally:
+        _stop(p)
+
+
+def test_tls_flag_errors_exit_2(tmp_path, ca, capsys):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    chain, key = _cert_files(ca, tmp_path)
+    with pytest.raises(SystemExit) as ei:  # argparse: usage error
+        cli.main(["--config", str(cfg), "--tls-cert", chain])
+    assert ei.value.code == 2 and "go together" in capsys.readouterr().err
+    assert cli.main(["--config", str(cfg), "--tls-cert", chain,
+                     "--tls-key", str(tmp_path / "missing.pem")]) == 2
+    assert "--tls-key" in capsys.readouterr().err
+    assert cli.main(["--config", str(cfg), "--tls-cert", str(cfg), "--tls-key", key]) == 2
+    assert "not a PEM file" in capsys.readouterr().err
+    other_key = tmp_path / "other.pem"
+    ca.issue_cert("localhost").private_key_pem.write_to_path(str(other_key))
+    assert cli.main(["--config", str(cfg), "--tls-cert", chain,
+                     "--tls-key", str(other_key)]) == 2
+    assert "does the key match the certificate" in capsys.readouterr().err
+
+
+def test_token_flag(tmp_path):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    p, port = _start(["--config", str(cfg), "--token", "s3cret"])
+    try:
+        address = f"localhost:{port}"
+        _insert_and_sample(reverb.Client(address, in_process=False, token="s3cret"), "replay")
+        for token in ("wrong", None):
+            bad = reverb.Client(address, in_process=False, token=token, unavailable_timeout=30)
+            with pytest.raises(reverb.errors.FailedPreconditionError,
+                               match="rejected the credentials"):
+                bad.insert([np.zeros(3, np.float32)], {"replay": 1.0})
+            with pytest.raises(reverb.errors.FailedPreconditionError, match=address):
+                bad.server_info()
+    finally:
+        _stop(p)
+
+
+def test_empty_token_is_a_usage_error(tmp_path, capsys):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--config", str(cfg), "--token", ""])
+    assert ei.value.code == 2 and "--token" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,value", [("--checkpoint-keep", "0"), ("--checkpoint-every", "-1"),
+                                        ("--log-level", "chatty")])
+def test_bad_flag_values_exit_2(tmp_path, capsys, flag, value):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(YAML_CONFIG)
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--config", str(cfg), flag, value])
+    assert ei.value.code == 2 and flag in capsys.readouterr().err

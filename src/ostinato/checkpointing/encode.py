@@ -7,6 +7,7 @@ tables of the checkpoint, so a chunk referenced from several tables is stored on
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,10 @@ import numpy as np
 from ostinato.checkpointing.format import CheckpointCorruptError, CheckpointError
 from ostinato.core import items as items_lib
 from ostinato.core.chunk_store import Chunk
+
+# One encoder of signatures: the wire codec's is plain lists/dicts of str, int and None, so it
+# is JSON-friendly as it is (the module imports msgpack and numpy, not grpc).
+from ostinato.wire.codec import DecodeError, decode_nest, encode_nest
 
 
 def selector_config(options: Any) -> dict[str, Any]:
@@ -37,6 +42,29 @@ def table_config(table: Any) -> dict[str, Any]:
                          "min_size_to_sample": lim.min_size_to_sample,
                          "min_diff": lim.min_diff, "max_diff": lim.max_diff},
     }
+
+
+def signature_to_json(table: Any) -> Any:
+    """The table's signature (a nest of TensorSpec, or None) as JSON-friendly data."""
+    try:
+        data = encode_nest(table.signature)
+        # Refuse at save time what a restore could not read back (say, a tuple as a dict key).
+        ok = decode_nest(json.loads(json.dumps(data))) == table.signature
+    except (ValueError, TypeError) as e:  # DecodeError is a ValueError
+        raise CheckpointError(f"the signature of table {table.name!r} cannot be "
+                              f"checkpointed: {e}") from None
+    if not ok:
+        raise CheckpointError(f"the signature of table {table.name!r} does not survive "
+                              f"encoding as JSON: {table.signature!r}")
+    return data
+
+
+def signature_from_json(data: Any, where: str) -> Any:
+    """The signature nest recorded by :func:`signature_to_json` (None if there was none)."""
+    try:
+        return decode_nest(data)
+    except DecodeError as e:
+        raise CheckpointCorruptError(f"{where}: {e}") from None
 
 
 class ChunkCollector:

@@ -11,6 +11,12 @@ A checkpoint is a directory ``ckpt-<UTC time>-<seq>`` holding:
 * ``data-<n>.bin`` — chunk rows, raw little-endian, each chunk optionally zstd.
 
 No pickle anywhere: everything is JSON or raw numeric bytes described by the manifest.
+
+Each table's manifest entry may hold ``signature``: the table's signature in the wire codec's
+nest encoding (``{"spec": [shape with -1 for unknown, dtype, name]}``, ``{"dict": [[key,
+value], ...]}``, ``{"tuple": [...]}``, ``{"list": [...]}``, or null). It was added within
+version 1 as an optional field: checkpoints written before it lack it and load as having no
+signature, and readers that predate it ignore it.
 """
 
 from __future__ import annotations

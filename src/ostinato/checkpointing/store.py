@@ -35,6 +35,7 @@ from ostinato.checkpointing.format import (
     write_manifest,
 )
 from ostinato.core.chunk_store import Chunk
+from ostinato.core.signature import flatten_signature
 
 _log = logging.getLogger(__name__)
 _seq = itertools.count()
@@ -121,6 +122,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     hook("snapshot")
     collector = encode.ChunkCollector()
     table_arrays = [collector.encode_items(s) for _, s in snaps]
+    signatures = [encode.signature_to_json(t) for t, _ in snaps]  # fails before any file
     root = os.path.abspath(root)
     os.makedirs(root, exist_ok=True)
     name = _new_name()
@@ -182,6 +184,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
         files[fname] = w.close()
         tables_meta.append({
             "name": table.name, "config": encode.table_config(table),
+            "signature": signatures[ti],
             "counters": {k: int(snap[k]) for k in (
                 "inserts", "samples", "deletes", "num_deleted_episodes", "num_unique_samples")},
             "num_items": len(arrs["keys"]), "items_file": fname, "items_codec": "zstd",
@@ -250,9 +253,13 @@ def _load_chunks(path: str, body: dict[str, Any], progress: Progress | None) -> 
     return chunks
 
 
-def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> None:
+def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> dict[str, Any]:
     """Raises CheckpointMismatchError unless every checkpointed table exists on the server
-    with the same configuration."""
+    with the same configuration and, where both have one, the same signature.
+
+    Returns the checkpointed signatures of the tables that have one (checkpoints written
+    before signatures were recorded have none)."""
+    signatures: dict[str, Any] = {}
     for meta in body["tables"]:
         t = tables.get(meta["name"])
         if t is None:
@@ -262,18 +269,25 @@ def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> Non
         want, have = meta["config"], encode.table_config(t)
         diff = [f"{k}: checkpoint {want[k]!r}, server {have[k]!r}" for k in want
                 if want[k] != have.get(k)]
+        sig = encode.signature_from_json(meta.get("signature"), f"{path}/{MANIFEST}")
+        if sig is not None:
+            signatures[meta["name"]] = sig
+            # The decoded nest on the left: our TensorSpec also compares with tf.TensorSpec.
+            if t.signature is not None and not sig == t.signature:
+                diff.append(f"signature: checkpoint {sig!r}, server {t.signature!r}")
         if diff:
             raise CheckpointMismatchError(
                 f"table {meta['name']!r} of checkpoint {path} was configured differently from "
                 f"the server's table ({'; '.join(diff)}). Build the server with the "
                 "checkpoint's settings, or use a different checkpoint directory.")
+    return signatures
 
 
 def load(path: str, tables: dict[str, Any], progress: Progress | None = None) -> None:
     """Restores the checkpoint at ``path`` into the server's (empty) tables."""
     t0 = time.perf_counter()
     body = read_manifest(path)
-    check_tables(body, tables, path)
+    signatures = check_tables(body, tables, path)
     for meta in body["tables"]:
         if tables[meta["name"]].size:
             raise CheckpointError(f"table {meta['name']!r} is not empty; a checkpoint is only "
@@ -293,12 +307,25 @@ def load(path: str, tables: dict[str, Any], progress: Progress | None = None) ->
         if len(trajs) != meta["num_items"] or len(arrs["keys"]) != len(trajs):
             raise CheckpointCorruptError(f"{where}: expected {meta['num_items']} items")
         ho = arrs["heap_order"]
+        sig = signatures.get(meta["name"])
+        if sig is not None and tables[meta["name"]].signature is None:
+            _adopt_signature(tables[meta["name"]], sig)
+            _log.info("table %r has no signature; using the checkpoint's: %r", meta["name"], sig)
         tables[meta["name"]].restore_items(
             arrs["keys"], arrs["priorities"], arrs["times_sampled"], trajs, squeezes,
             meta["counters"], ho if len(ho) else None)
     _log.info("checkpoint %s restored (%s) in %.2f s", path,
               ", ".join(f"{m['name']}: {m['num_items']} items" for m in body["tables"]),
               time.perf_counter() - t0)
+
+
+def _adopt_signature(table: Any, signature: Any) -> None:
+    # Table has no public setter: a signature is fixed once a table serves, and a restore runs
+    # before the server serves (so no writer has cached the table's old, empty signature).
+    flat = flatten_signature(signature)
+    with table._lock:
+        table._signature = signature
+        table._flat_signature = flat
 
 
 def latest(root: str) -> str | None:
