@@ -42,16 +42,20 @@ def main() -> int:
 
     per_proc: dict[str, list[tuple[list[str], int]]] = collections.defaultdict(list)
     with open(args.raw) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
+        pending = ""
+        for raw_line in f:
+            # a process started with ``python -c "<multi-line code>"`` spans several lines
+            line = pending + raw_line.rstrip("\n")
             stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                pending = line + " "
+                continue
+            pending = ""
             frames = stack.split(";")
             procs = [fr for fr in frames if fr.startswith("process ")]
             frames = [fr for fr in frames if not fr.startswith("process ")]
             proc = procs[-1] if procs else "?"
-            if "--serve" in proc:
+            if "--serve" in proc or "_server.wait()" in proc:
                 name = "server process"
             elif "--scale-worker" in proc:
                 name = "client process (scale worker)"

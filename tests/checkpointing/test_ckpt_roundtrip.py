@@ -150,7 +150,11 @@ def test_constructor_validation_and_reverb_names(tmp_path):
         checkpointers.DefaultCheckpointer(str(tmp_path), group="g")
     with pytest.raises(ValueError, match="keep"):
         checkpointers.DefaultCheckpointer(str(tmp_path), keep=0)
+    for bad in (0, -0.5, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="save_cpu_share"):
+            checkpointers.DefaultCheckpointer(str(tmp_path), save_cpu_share=bad)
     c = checkpointers.DefaultCheckpointer(str(tmp_path))
+    assert c.save_cpu_share == 0.5
     assert (c.path, c.group, c.fallback_checkpoint_path) == (str(tmp_path), "", None)
     assert isinstance(checkpointers.default_checkpointer(), checkpointers.TempDirCheckpointer)
     assert c.internal_checkpointer() is c
@@ -161,3 +165,16 @@ def test_server_without_checkpointer_uses_a_temp_dir(make_server):
     fill(s.localhost_client(), "t", 4)
     path = s.localhost_client().checkpoint()
     assert os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+@pytest.mark.parametrize("share", [1.0, 0.25])
+def test_paced_and_unpaced_saves_are_identical(make_server, tmp_path, share):
+    """Pacing only inserts pauses: the checkpoint restores the same state."""
+    s1 = make_server(_table("uniform", "minsize", max_size=1000),
+                     checkpointer=ckpt(tmp_path / "a", save_cpu_share=share))
+    fill(s1.localhost_client(), "t", 700)
+    path = s1.checkpoint()
+    s2 = make_server(_table("uniform", "minsize", max_size=1000),
+                     checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path))
+    assert len(s2.tables_by_name["t"]) == 700
+    assert state(s2.tables_by_name["t"]) == state(s1.tables_by_name["t"])

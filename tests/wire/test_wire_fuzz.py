@@ -170,6 +170,42 @@ def test_unpack_hostile_nesting_and_truncation():
             codec.unpack(raw)
 
 
+@FAST
+@given(raw=st.binary(max_size=300))
+def test_unpack_framed_random_bytes(raw):
+    for data in (raw, codec.FRAME_MAGIC + raw):
+        try:
+            codec.unpack_framed(data)
+        except DecodeError:
+            pass
+
+
+@FAST
+@given(sizes=st.lists(st.integers(0, 3000), max_size=5), cut=st.integers(1, 64),
+       extra=st.binary(min_size=1, max_size=8))
+def test_framed_round_trip_and_truncation(sizes, cut, extra):
+    rows = [np.arange(n, dtype=np.uint8) for n in sizes]
+    segs = [codec.make_segment(i, 0, 0, r.reshape(-1, 1) if r.size else np.zeros((1, 0), np.uint8),
+                               compress=False) for i, r in enumerate(rows)]
+    body = {"seg": segs, "t": ["x"], "i": []}
+    msg = codec.pack_framed(body)
+    back = codec.unpack_framed(msg)
+    assert [bytes(s["b"]) for s in back["seg"]] == [r.tobytes() for r in rows]
+    assert back["t"] == ["x"]
+    for seg in back["seg"]:
+        codec.parse_segment(seg, 2**20)
+    with pytest.raises(DecodeError):
+        codec.unpack_framed(msg[:-cut] if len(msg) - cut > 8 else msg[:7])
+    with pytest.raises(DecodeError):
+        codec.unpack_framed(msg + extra)
+
+
+def test_plain_msgpack_messages_still_accepted():
+    seg = codec.make_segment(1, 2, 0, np.arange(4, dtype=np.float32).reshape(2, 2), compress=False)
+    back = codec.unpack_framed(codec.pack({"seg": [seg]}))
+    assert back["seg"][0]["b"] == np.arange(4, dtype=np.float32).tobytes()
+
+
 @st.composite
 def mutated_segments(draw):
     rows = draw(st.sampled_from([np.arange(6, dtype=np.float32).reshape(3, 2),

@@ -7,7 +7,10 @@ tables of the checkpoint, so a chunk referenced from several tables is stored on
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,56 +73,81 @@ def signature_from_json(data: Any, where: str) -> Any:
 class ChunkCollector:
     """Deduplicates the chunks referenced by snapshots and records how many rows each needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, tick: Callable[[], None] | None = None) -> None:
+        self.tick = tick  # called every few hundred items (save pacing, see store.Pacer)
         self.index: dict[int, int] = {}  # id(chunk) -> position (snapshots keep chunks alive)
         self.chunks: list[Chunk] = []
         self.ends: list[int] = []
 
     def encode_items(self, snap: dict[str, Any]) -> dict[str, np.ndarray]:
-        index, chunks, ends = self.index, self.chunks, self.ends
-        ncols: list[int] = []
-        nslices: list[int] = []
-        s_chunk: list[int] = []
-        s_off: list[int] = []
-        s_len: list[int] = []
-        flags: list[bool] = []
-        for packed, sq in zip(snap["trajectories"], snap["squeeze"]):
-            if type(packed[0]) is Chunk:
-                slices: Any = [(packed[j], packed[j + 1], packed[j + 2])
-                               for j in range(0, len(packed), 3)]
-                ncols.append(len(slices))
-                nslices.extend([1] * len(slices))
-            else:
-                ncols.append(len(packed))
-                slices = []
-                for col in packed:
-                    nslices.append(len(col))
-                    slices.extend(col)
-            for c, off, ln in slices:
-                i = index.get(id(c))
-                if i is None:
-                    i = index[id(c)] = len(chunks)
-                    chunks.append(c)
-                    ends.append(0)
-                if off + ln > ends[i]:
-                    ends[i] = off + ln
-                s_chunk.append(i)
-                s_off.append(off)
-                s_len.append(ln)
-            flags.extend(sq)
+        """Flat arrays for a table snapshot's items (vectorised; items whose columns span
+        several chunks, usually a few percent, are flattened one by one)."""
+        trajs = snap["trajectories"]
+        tick = self.tick or (lambda: None)
+        n = len(trajs)
+        lens = np.fromiter(map(len, trajs), dtype=np.int64, count=n)
+        flat_item = np.fromiter(map(operator.is_, map(type, map(operator.itemgetter(0), trajs)),
+                                    itertools.repeat(Chunk)), dtype=bool, count=n)
+        ncols = np.where(flat_item, lens // 3, lens)
+        col_start = np.cumsum(ncols) - ncols
+        nslices = np.ones(int(ncols.sum()), dtype=np.int64)
+        src = trajs
+        nested = np.flatnonzero(~flat_item).tolist()
+        if nested:
+            src = list(trajs)
+            for i in nested:
+                packed = trajs[i]
+                src[i] = tuple(itertools.chain.from_iterable(itertools.chain.from_iterable(packed)))
+                c0 = int(col_start[i])
+                nslices[c0:c0 + len(packed)] = [len(col) for col in packed]
+        tick()
+        flat = list(itertools.chain.from_iterable(src))
+        tick()
+        refs = flat[0::3]
+        off = np.asarray(flat[1::3], dtype=np.int64)
+        ln = np.asarray(flat[2::3], dtype=np.int64)
+        del flat
+        tick()
+        s_chunk = self._chunk_positions(refs, off + ln)
+        flags = np.fromiter(itertools.chain.from_iterable(snap["squeeze"]), dtype=np.uint8,
+                            count=len(nslices))
+        tick()
         return {
             "keys": np.asarray(snap["keys"], dtype="<u8"),
             "priorities": np.asarray(snap["priorities"], dtype="<f8"),
             "times_sampled": np.asarray(snap["times_sampled"], dtype="<i4"),
             "heap_order": np.asarray(snap["heap_order"] if snap["heap_order"] is not None
                                      else np.zeros(0), dtype="<i8"),
-            "ncols": np.asarray(ncols, dtype="<u4"),
-            "nslices": np.asarray(nslices, dtype="<u4"),
-            "slice_chunk": np.asarray(s_chunk, dtype="<u4"),
-            "slice_offset": np.asarray(s_off, dtype="<u4"),
-            "slice_length": np.asarray(s_len, dtype="<u4"),
-            "squeeze": np.asarray(flags, dtype=np.uint8),
+            "ncols": ncols.astype("<u4"),
+            "nslices": nslices.astype("<u4"),
+            "slice_chunk": s_chunk.astype("<u4"),
+            "slice_offset": off.astype("<u4"),
+            "slice_length": ln.astype("<u4"),
+            "squeeze": flags,
         }
+
+    def _chunk_positions(self, refs: list[Chunk], ends_needed: np.ndarray) -> np.ndarray:
+        """Positions in ``self.chunks`` of each referenced chunk (added on first sight); also
+        raises each chunk's row count to the furthest row an item uses."""
+        tick = self.tick or (lambda: None)
+        ids = np.fromiter(map(id, refs), dtype=np.uint64, count=len(refs))
+        tick()
+        uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+        tick()
+        far = np.zeros(len(uniq), dtype=np.int64)
+        np.maximum.at(far, inv, ends_needed)
+        pos = np.empty(len(uniq), dtype=np.int64)
+        index, chunks, ends = self.index, self.chunks, self.ends
+        for k, (cid, f, e) in enumerate(zip(uniq.tolist(), first.tolist(), far.tolist())):
+            i = index.get(cid)
+            if i is None:
+                i = index[cid] = len(chunks)
+                chunks.append(refs[f])
+                ends.append(0)
+            if e > ends[i]:
+                ends[i] = e
+            pos[k] = i
+        return pos[inv.reshape(-1)]
 
 
 def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool]:

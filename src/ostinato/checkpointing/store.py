@@ -46,6 +46,37 @@ RAW, ZSTD = 0, 1
 Progress = Callable[[str, int, int], None]
 
 
+class Pacer:
+    """Keeps a save's share of the interpreter at about ``share`` while tables keep serving.
+
+    The Python parts of a save (walking item trajectories, encoding chunk rows) hold the GIL;
+    without pacing they starve inserts and samples in the same process for the whole save.
+    :meth:`tick` is called between small units of work: once the save has worked for
+    ``SLICE_S`` since its last pause, it sleeps ``worked * (1 - share) / share``, releasing the
+    GIL to the serving threads. ``share=1`` never pauses (the fastest save).
+    """
+
+    SLICE_S = 0.002
+
+    def __init__(self, share: float = 1.0) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"share ({share!r}) must be in (0, 1]")
+        self.share = share
+        self.paused_s = 0.0
+        self._t = time.perf_counter()
+
+    def tick(self) -> None:
+        if self.share >= 1.0:
+            return
+        now = time.perf_counter()
+        worked = now - self._t
+        if worked >= self.SLICE_S:
+            pause = worked * (1.0 - self.share) / self.share
+            time.sleep(pause)
+            self.paused_s += pause
+            self._t = time.perf_counter()
+
+
 def _zstd() -> Any:
     try:
         import zstandard
@@ -108,19 +139,25 @@ def prune(root: str, keep: int) -> None:
 
 
 def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
-         progress: Progress | None = None, hook: Callable[[str], None] | None = None) -> str:
+         progress: Progress | None = None, hook: Callable[[str], None] | None = None,
+         share: float = 1.0) -> str:
     """Writes a checkpoint of ``tables`` under ``root``; returns its absolute path.
 
     Each table's lock is held only while :meth:`Table.snapshot` copies its metadata and chunk
-    references; the data is written afterwards while the tables keep serving.
+    references; the data is written afterwards while the tables keep serving, pacing its Python
+    work to about ``share`` of the interpreter (see :class:`Pacer`).
     """
     if compression not in (None, "zstd"):
         raise ValueError(f"compression ({compression!r}) must be None or 'zstd'")
     hook = hook or (lambda phase: None)
+    pacer = Pacer(share)
     t0 = time.perf_counter()
-    snaps = [(t, t.snapshot()) for t in tables]
+    snaps = []
+    for t in tables:
+        snaps.append((t, t.snapshot()))
+        pacer.tick()
     hook("snapshot")
-    collector = encode.ChunkCollector()
+    collector = encode.ChunkCollector(pacer.tick)
     table_arrays = [collector.encode_items(s) for _, s in snaps]
     signatures = [encode.signature_to_json(t) for t, _ in snaps]  # fails before any file
     root = os.path.abspath(root)
@@ -162,6 +199,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
         w.write(payload)
         c_len[i] = w.size - c_off[i]
         done += c.nbytes
+        pacer.tick()
         if progress is not None and (i & 1023) == 0:
             progress("save", done, total)
     if w is not None:
@@ -202,9 +240,10 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     if progress is not None:
         progress("save", total, total)
     prune(root, keep)
-    _log.info("checkpoint %s written (%d tables, %d chunks, %.1f MB) in %.2f s", final,
+    _log.info("checkpoint %s written (%d tables, %d chunks, %.1f MB) in %.2f s "
+              "(%.2f s paused to let the tables serve)", final,
               len(tables_meta), n, sum(f["bytes"] for f in files.values()) / 1e6,
-              time.perf_counter() - t0)
+              time.perf_counter() - t0, pacer.paused_s)
     return final
 
 

@@ -49,6 +49,56 @@ def unpack(data: bytes) -> Any:
         raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from None
 
 
+# -- framed messages ----------------------------------------------------------------------------
+#: Framed message: ``FRAME_MAGIC``, the header's length (uint32 little-endian), a msgpack map
+#: whose segments carry ``z`` (payload length) instead of ``b``, then the payloads in order.
+#: Large tensor bytes are thus copied once into the message instead of through msgpack's
+#: growing buffer. A msgpack map never starts with these bytes, so both forms are accepted.
+FRAME_MAGIC = b"OSF1"
+
+
+def pack_framed(body: dict, seg_field: str = "seg") -> bytes:
+    """Packs ``body`` as a framed message, moving each segment's ``b`` payload out of the header
+    (the segment dicts are modified)."""
+    segs = body.get(seg_field) or []
+    payloads = []
+    for seg in segs:
+        b = seg.pop("b")
+        seg["z"] = len(b)
+        payloads.append(b)
+    header = pack(body)
+    return b"".join([FRAME_MAGIC, len(header).to_bytes(4, "little"), header, *payloads])
+
+
+def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
+    """Reads a framed or a plain msgpack message; segments get their ``b`` payloads back."""
+    if data[:4] != FRAME_MAGIC:
+        return unpack(data)
+    if len(data) < 8:
+        raise DecodeError("truncated framed message")
+    hlen = int.from_bytes(data[4:8], "little")
+    if hlen > len(data) - 8:
+        raise DecodeError(f"framed message header of {hlen} bytes exceeds the message")
+    body = unpack(data[8:8 + hlen])
+    if not isinstance(body, dict):
+        raise DecodeError("framed message header must be a map")
+    segs = body.get(seg_field, [])
+    if not isinstance(segs, list):
+        raise DecodeError(f"field {seg_field!r} must be a list of segments")
+    view = memoryview(data)
+    off = 8 + hlen
+    for seg in segs:
+        z = req(seg, "z", int, "segment")
+        if not 0 <= z <= len(data) - off:
+            raise DecodeError(f"segment payload of {z} bytes exceeds the message")
+        seg["b"] = bytes(view[off:off + z])
+        del seg["z"]
+        off += z
+    if off != len(data):
+        raise DecodeError(f"framed message has {len(data) - off} bytes after its segments")
+    return body
+
+
 # -- small validators ---------------------------------------------------------------------------
 def req(msg: Any, key: str, typ: type | tuple[type, ...], what: str = "message") -> Any:
     if not isinstance(msg, dict):
@@ -94,13 +144,16 @@ def shape_from_wire(h: Any) -> tuple[int, ...]:
 
 
 # -- segments -----------------------------------------------------------------------------------
-def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes]:
-    """Returns (codec, payload) for rows of one chunk."""
+def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryview]:
+    """Returns (codec, payload) for rows of one chunk. A raw numeric payload is a byte
+    memoryview of ``rows`` (no copy): it must be packed before ``rows`` changes."""
+    payload: bytes | memoryview
     if rows.dtype.kind == "O":
         items = [x if isinstance(x, (bytes, str)) else bytes(x) for x in rows.reshape(-1).tolist()]
         payload = pack(items)
     else:
-        payload = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
+        arr = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False)
+        payload = memoryview(arr.reshape(-1)).cast("B")
     if compress and len(payload) >= COMPRESS_MIN_BYTES:
         # Probe a slice first: incompressible data (images of noise, already-compressed bytes)
         # is sent raw without paying for a full compression attempt.

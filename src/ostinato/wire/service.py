@@ -189,7 +189,7 @@ class ReplayService:
         try:
             for raw in request_iterator:
                 try:
-                    n = self._insert_message(codec.unpack(raw), chunks, context)
+                    n = self._insert_message(codec.unpack_framed(raw), chunks, context)
                 except grpc.RpcError:
                     raise
                 except Exception as e:  # noqa: BLE001
