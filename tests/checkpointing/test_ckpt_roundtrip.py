@@ -176,5 +176,5 @@ def test_paced_and_unpaced_saves_are_identical(make_server, tmp_path, share):
     path = s1.checkpoint()
     s2 = make_server(_table("uniform", "minsize", max_size=1000),
                      checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path))
-    assert len(s2.tables_by_name["t"]) == 700
+    assert len(s2.tables_by_name["t"]) == len(s1.tables_by_name["t"]) > 600
     assert state(s2.tables_by_name["t"]) == state(s1.tables_by_name["t"])
