@@ -19,6 +19,7 @@ import pytest
 import ostinato as reverb
 from ostinato import errors
 from ostinato.core import Chunk
+from ostinato.core.deadline import Deadline
 
 JOIN_TIMEOUT = 60.0
 
@@ -328,3 +329,62 @@ def test_server_stop_wakes_blocked_generator_sampler_and_writer():
                                server.stop)
     finally:
         server.stop()
+
+
+# -- sample(linger=): a rate-limited sampler waits briefly for a fuller batch --------------------
+
+def _queue(size=100):
+    return reverb.Table.queue("q", size)
+
+
+def test_linger_collects_items_inserted_meanwhile():
+    table = _queue()
+    table.insert_many([_chunk_item(k, 1.0) for k in range(1, 4)])
+    t = threading.Timer(0.02, lambda: table.insert_many([_chunk_item(k, 1.0)
+                                                         for k in range(4, 11)]))
+    t.start()
+    batch = table.sample(10, timeout=5, linger=2.0)
+    t.join()
+    assert sorted(batch.keys) == list(range(1, 11))
+
+
+def test_linger_returns_what_is_admitted_when_nothing_more_comes():
+    table = _queue()
+    table.insert_many([_chunk_item(k, 1.0) for k in range(1, 4)])
+    assert sorted(table.sample(10, timeout=5, linger=0.01).keys) == [1, 2, 3]
+    with pytest.raises(errors.RateLimiterTimeout):  # the deadline still bounds the wait
+        table.sample(10, timeout=0.05, linger=5.0)
+
+
+def test_lingering_sampler_never_returns_an_empty_batch(frequent_thread_switches):
+    """Another sampler may take everything while one lingers: it then waits again."""
+    table = _queue(1000)
+    got: list[int] = []
+    errs: list[BaseException] = []
+    stop = threading.Event()
+
+    def sampler(linger):
+        try:
+            while not stop.is_set():
+                try:
+                    b = table.sample(8, timeout=0.05, linger=linger)
+                except errors.RateLimiterTimeout:
+                    continue
+                assert len(b.keys) >= 1
+                got.extend(int(k) for k in b.keys)
+        except BaseException as e:  # noqa: BLE001
+            errs.append(e)
+
+    threads = [threading.Thread(target=sampler, args=(lg,), daemon=True) for lg in (0.002, 0.0)]
+    for th in threads:
+        th.start()
+    for k in range(1, 601):
+        table.insert_many([_chunk_item(k, 1.0)], Deadline.after(5))
+    deadline = time.monotonic() + 10
+    while len(got) < 600 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    for th in threads:
+        th.join(JOIN_TIMEOUT)
+    assert not errs, errs
+    assert sorted(got) == list(range(1, 601))

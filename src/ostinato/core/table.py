@@ -12,6 +12,7 @@ import array
 import operator
 import random
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -453,6 +454,23 @@ class Table:
             finally:
                 self._waiting -= 1
 
+    def _linger_locked(self, n: int, linger: float, deadline: Deadline, cancelled: Any) -> None:
+        """Waits up to ``linger`` seconds (and within ``deadline``) for ``n`` admitted samples."""
+        end = time.monotonic() + linger
+        remaining = deadline.remaining()
+        if remaining is not None:
+            end = min(end, time.monotonic() + remaining)
+        while not self._closed and self._allowed_locked(n) < n \
+                and not (cancelled is not None and cancelled()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._waiting += 1
+            try:
+                self._cond.wait(left)
+            finally:
+                self._waiting -= 1
+
     # -- sample -----------------------------------------------------------------------------------
     def _allowed_locked(self, n: int) -> int:
         k = self._limiter.num_samples_allowed(n)
@@ -466,7 +484,7 @@ class Table:
             self._cond.notify_all()
 
     def sample(self, num_samples: int = 1, timeout: float | None = None,
-               cancelled: Any = None) -> items_lib.SampleBatch:
+               cancelled: Any = None, linger: float = 0.0) -> items_lib.SampleBatch:
         """Samples between 1 and ``num_samples`` items (fewer only if the limiter stops early).
 
         Waits until at least one sample is admitted. Each sample counts for the rate limiter,
@@ -478,6 +496,10 @@ class Table:
           timeout: seconds to wait for the rate limiter (``None``: forever).
           cancelled: optional callable; once it returns True the call stops waiting and raises
             ``CancelledError`` without taking anything (used when a remote caller goes away).
+          linger: when the call had to wait for the rate limiter and fewer than
+            ``num_samples`` are then admitted, wait up to this many more seconds (bounded by
+            ``timeout``) for the rest. Remote samplers use it so that a sampler kept waiting by
+            inserts takes them in batches rather than one round trip per few items.
 
         Raises:
           RateLimiterTimeout: nothing could be sampled before the deadline.
@@ -488,13 +510,19 @@ class Table:
         with self._cond:
             self._check_open()
             rate_limited = False
-            if self._allowed_locked(1) < 1:
-                rate_limited = True
-                if cancelled is None:
-                    self._wait_locked(lambda: self._allowed_locked(1) >= 1, deadline, "sample")
-                else:
-                    self._wait_locked(lambda: cancelled() or self._allowed_locked(1) >= 1,
-                                      deadline, "sample")
+            while True:
+                if self._allowed_locked(1) < 1:
+                    rate_limited = True
+                    if cancelled is None:
+                        self._wait_locked(lambda: self._allowed_locked(1) >= 1, deadline, "sample")
+                    else:
+                        self._wait_locked(lambda: cancelled() or self._allowed_locked(1) >= 1,
+                                          deadline, "sample")
+                if linger > 0 and n > 1 and self._allowed_locked(n) < n:
+                    self._linger_locked(n, linger, deadline, cancelled)
+                    linger = 0.0  # once: then take what is admitted (or wait again if others
+                    continue      # sampled everything meanwhile)
+                break
             if cancelled is not None and cancelled():
                 raise errors.CancelledError(
                     f"sample from table {self._name!r} was cancelled by its caller")

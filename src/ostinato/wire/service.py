@@ -37,6 +37,10 @@ _log = logging.getLogger(__name__)
 
 SERVICE = "ostinato.Replay"
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+#: A remote sample call that the rate limiter lets take fewer items than asked waits up to this
+#: long for the rest (see ``Table.sample(linger=)``): a sampler that keeps up with the inserts
+#: then takes them in batches instead of one round trip per few items (W6: 6.8k -> ~7.8k/s).
+SAMPLE_LINGER_SECONDS = 0.005
 _WAIT_SLICE = 0.5  # seconds between checks that the client is still there
 
 
@@ -342,8 +346,9 @@ class ReplayService:
         n = max(1, min(n, int(self._max_bytes * 0.5 // max(per_item, 1.0))))
         gone = threading.Event()
         context.add_callback(lambda: (gone.set(), table.wake()))
-        batch = self._wait_slices(lambda s: table.sample(n, s, cancelled=gone.is_set),
-                                  msg.get("to"), context)
+        batch = self._wait_slices(
+            lambda s: table.sample(n, s, cancelled=gone.is_set, linger=SAMPLE_LINGER_SECONDS),
+            msg.get("to"), context)
         reply = encode_sample_batch(batch)
         size = sum(len(c["b"]) for c in reply.get("cols", ())) + sum(
             len(g["b"]) for g in reply.get("segs", ()))
