@@ -89,6 +89,15 @@ def test_tls_server_name_override(ca):
         assert_fails_fast(bad.server_info, UnavailableError, f"127.0.0.1:{server.port}", 5)
 
 
+@pytest.mark.parametrize("what", ["mismatched", "garbage"])
+def test_unusable_tls_pair_is_reported_as_such_not_as_a_busy_port(ca, what):
+    good, other = server_tls(ca), server_tls(ca)
+    tls = (ServerTLS(good.certificate_chain, other.private_key) if what == "mismatched"
+           else ServerTLS(b"not a certificate", b"not a key"))
+    with pytest.raises(ValueError, match="private key and certificate chain cannot be used"):
+        reverb.Server(queue_tables(), tls=tls)
+
+
 @pytest.mark.parametrize("who", ["plaintext", "untrusted-ca"])
 def test_tls_server_rejects_clients_without_trust(trustme, tls_server, who):
     address = f"localhost:{tls_server.port}"

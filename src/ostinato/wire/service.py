@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -495,6 +496,28 @@ def _encode_segments(batch: items_lib.SampleBatch) -> dict:
     return {"items": items, "sq": [list(s) for s in batch.squeeze], "segs": segs}
 
 
+def _raise_if_bad_tls(tls: Any) -> None:
+    """gRPC reports an unusable key/certificate pair only as a failed bind: check the pair with
+    the ssl module to say so instead of blaming the port."""
+    if tls is None:
+        return
+    import ssl
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        with open(cert, "wb") as f:
+            f.write(tls.certificate_chain)
+        with open(key, "wb") as f:
+            f.write(tls.private_key)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
+        except (ssl.SSLError, OSError) as e:
+            raise ValueError(f"tls: the private key and certificate chain cannot be used together "
+                             f"(does the key match the certificate, is it PEM and unencrypted?): "
+                             f"{e}") from None
+
+
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
                       tls: Any, max_message_bytes: int, max_workers: int) -> tuple[grpc.Server, int, ReplayService]:
     """Starts serving; returns (grpc server, bound port, service). Raises ValueError if the
@@ -523,8 +546,10 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
         else:
             bound = gs.add_insecure_port(target)
     except RuntimeError as e:
+        _raise_if_bad_tls(tls)
         raise ValueError(f"port ({port}) could not be bound on {host}: {e}") from None
     if not bound:
+        _raise_if_bad_tls(tls)
         raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
     gs.start()
     return gs, bound, service
