@@ -356,17 +356,10 @@ def _read_pem(path: str, flag: str) -> bytes:
     return data
 
 
-def _check_key_pair(cert_path: str, key_path: str) -> None:
-    """Loads the pair with the ssl module: gRPC only reports a bad pair as a failed bind."""
-    import ssl
-
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
-            cert_path, key_path, password=lambda: b"")  # an encrypted key fails, never prompts
-    except (ssl.SSLError, OSError) as e:
-        raise ConfigError(f"--tls-cert {cert_path} / --tls-key {key_path} cannot be used "
-                          f"together (does the key match the certificate, and is it not "
-                          f"encrypted?): {e}") from None
+def _check_key_pair(tls: Any, cert_path: str, key_path: str) -> None:
+    problem = tls.problem()
+    if problem:
+        raise ConfigError(f"--tls-cert {cert_path} / --tls-key {key_path}: {problem}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tls = ServerTLS(_read_pem(args.tls_cert, "--tls-cert"),
                             _read_pem(args.tls_key, "--tls-key"))
-            _check_key_pair(args.tls_cert, args.tls_key)
+            _check_key_pair(tls, args.tls_cert, args.tls_key)
         except ConfigError as e:
             print(f"ostinato-server: {e}", file=sys.stderr)
             return 2

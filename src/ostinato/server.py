@@ -58,6 +58,27 @@ class ServerTLS:
     certificate_chain: bytes
     private_key: bytes
 
+    def problem(self) -> str | None:
+        """Why this key and certificate chain cannot serve TLS (checked with the ``ssl``
+        module, since gRPC reports a bad pair only as a failed bind), or None."""
+        import os
+        import ssl
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+            with open(cert, "wb") as f:
+                f.write(self.certificate_chain)
+            with open(key, "wb") as f:
+                f.write(self.private_key)
+            try:  # an encrypted key fails instead of prompting
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                    cert, key, password=lambda: b"")
+            except (ssl.SSLError, OSError) as e:
+                return (f"the private key and certificate chain cannot be used together (does "
+                        f"the key match the certificate, is it PEM and unencrypted?): {e}")
+        return None
+
 
 def _port_is_free(host: str, port: int) -> bool:
     """True if nothing listens on ``port`` for the addresses ``host`` resolves to."""

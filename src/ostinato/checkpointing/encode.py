@@ -74,7 +74,7 @@ class ChunkCollector:
     """Deduplicates the chunks referenced by snapshots and records how many rows each needs."""
 
     def __init__(self, tick: Callable[[], None] | None = None) -> None:
-        self.tick = tick  # called every few hundred items (save pacing, see store.Pacer)
+        self.tick = tick or (lambda: None)  # called between units of work (store.Pacer)
         self.index: dict[int, int] = {}  # id(chunk) -> position (snapshots keep chunks alive)
         self.chunks: list[Chunk] = []
         self.ends: list[int] = []
@@ -83,7 +83,7 @@ class ChunkCollector:
         """Flat arrays for a table snapshot's items (vectorised; items whose columns span
         several chunks, usually a few percent, are flattened one by one)."""
         trajs = snap["trajectories"]
-        tick = self.tick or (lambda: None)
+        tick = self.tick
         n = len(trajs)
         lens = np.fromiter(map(len, trajs), dtype=np.int64, count=n)
         flat_item = np.fromiter(map(operator.is_, map(type, map(operator.itemgetter(0), trajs)),
@@ -129,7 +129,7 @@ class ChunkCollector:
     def _chunk_positions(self, refs: list[Chunk], ends_needed: np.ndarray) -> np.ndarray:
         """Positions in ``self.chunks`` of each referenced chunk (added on first sight); also
         raises each chunk's row count to the furthest row an item uses."""
-        tick = self.tick or (lambda: None)
+        tick = self.tick
         ids = np.fromiter(map(id, refs), dtype=np.uint64, count=len(refs))
         tick()
         uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -497,25 +496,9 @@ def _encode_segments(batch: items_lib.SampleBatch) -> dict:
 
 
 def _raise_if_bad_tls(tls: Any) -> None:
-    """gRPC reports an unusable key/certificate pair only as a failed bind: check the pair with
-    the ssl module to say so instead of blaming the port."""
-    if tls is None:
-        return
-    import ssl
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
-        with open(cert, "wb") as f:
-            f.write(tls.certificate_chain)
-        with open(key, "wb") as f:
-            f.write(tls.private_key)
-        try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
-        except (ssl.SSLError, OSError) as e:
-            raise ValueError(f"tls: the private key and certificate chain cannot be used together "
-                             f"(does the key match the certificate, is it PEM and unencrypted?): "
-                             f"{e}") from None
+    problem = tls.problem() if tls is not None else None
+    if problem:
+        raise ValueError(f"tls: {problem}")
 
 
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
