@@ -379,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoints to keep (default 1)")
     p.add_argument("--checkpoint-on-exit", action="store_true",
                    help="write a final checkpoint on SIGTERM/SIGINT")
+    p.add_argument("--no-shared-memory", action="store_true",
+                   help="refuse writers' shared-memory rings (rows then always travel over gRPC)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
@@ -423,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         checkpointer = checkpointers.DefaultCheckpointer(
             ckpt_dir, keep=keep or 1, every_seconds=every, progress=progress)
     port = args.port if args.port is not None else settings["port"]
-    kwargs: dict[str, Any] = {"token": args.token, "tls": tls}
+    kwargs: dict[str, Any] = {"token": args.token, "tls": tls,
+                              "shared_memory": not args.no_shared_memory}
     if args.host:
         kwargs["host"] = args.host
     try:  # a bad port, a port in use, a checkpoint that does not fit the tables, bad TLS keys

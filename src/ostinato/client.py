@@ -44,6 +44,10 @@ class Client:
       unavailable_timeout: seconds to retry, with backoff, while a server cannot be reached
         before raising :class:`~ostinato.errors.UnavailableError` (which names the address).
       max_message_bytes: largest message sent or received.
+      shared_memory: ``None`` (default) lets writers pass large rows to a server on this
+        machine through a shared-memory ring (``localhost``/loopback addresses on Linux; see
+        :mod:`ostinato.wire.shm`), ``True`` tries it for any address, ``False`` never. A server
+        that cannot map the ring refuses it and the rows go inline, so it is always safe.
       in_process: ``None`` uses an in-process server when there is one at the address,
         ``False`` always goes over gRPC, ``True`` requires an in-process server.
 
@@ -60,7 +64,7 @@ class Client:
                  root_certificates: bytes | None = None, tls_server_name: str | None = None,
                  compression: str = "zstd", unavailable_timeout: float = 30.0,
                  max_message_bytes: int = 256 * 1024 * 1024, in_process: bool | None = None,
-                 transport: Transport | None = None):
+                 transport: Transport | None = None, shared_memory: bool | None = None):
         if isinstance(server_address, (list, tuple)):
             server_address = ",".join(server_address)
         if not isinstance(server_address, str) or not server_address.strip(", "):
@@ -69,13 +73,15 @@ class Client:
                 "of them, or a list of them")
         if compression not in ("zstd", "none"):
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
+        if shared_memory not in (None, True, False):
+            raise ValueError(f"shared_memory ({shared_memory!r}) must be None, True or False")
         self._server_address = server_address
         self._transport = transport
         self._signature_cache: dict[str, Any] = {}
         self._options = dict(token=token, root_certificates=root_certificates,
                              tls_server_name=tls_server_name, compression=compression,
                              unavailable_timeout=unavailable_timeout,
-                             max_message_bytes=max_message_bytes)
+                             max_message_bytes=max_message_bytes, shared_memory=shared_memory)
         self._in_process = in_process
 
     # -- plumbing -------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ the same process talk to it directly (see :mod:`ostinato.transport.inprocess`).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import socket
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 from ostinato.core.chunk_store import ChunkStore
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
+from ostinato.wire.shm import is_loopback_host
 
 _log = logging.getLogger(__name__)
 
@@ -98,16 +98,6 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _is_loopback(host: str) -> bool:
-    h = host.strip("[]").lower()
-    if h == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
-
-
 class Server:
     """Serves a set of tables.
 
@@ -123,6 +113,9 @@ class Server:
       tls: :class:`ServerTLS` to serve over TLS.
       max_message_bytes: largest gRPC message accepted or sent.
       max_workers: threads serving RPCs (each open writer stream holds one).
+      shared_memory: let writers on this machine pass large rows through a shared-memory
+        ring instead of gRPC messages (see :mod:`ostinato.wire.shm`; writers fall back to
+        sending rows inline when refused). ``False`` refuses every ring.
 
     Example:
       >>> server = Server([Table.queue("q", 10)])
@@ -132,7 +125,7 @@ class Server:
     def __init__(self, tables: Sequence[Table] | None = None, port: int | None = None,
                  checkpointer: Any = None, *, host: str = "localhost", token: str | None = None,
                  tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
-                 max_workers: int = 64):
+                 max_workers: int = 64, shared_memory: bool = True):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -169,7 +162,8 @@ class Server:
         try:
             self._grpc, bound, self._service = start_grpc_server(
                 self, host, port or 0, token=token, tls=tls,
-                max_message_bytes=max_message_bytes, max_workers=max_workers)
+                max_message_bytes=max_message_bytes, max_workers=max_workers,
+                shared_memory=bool(shared_memory))
         except ValueError as e:
             for t in tables:
                 t._server = None
@@ -178,7 +172,7 @@ class Server:
         self._port = bound
         with _REGISTRY_LOCK:
             _REGISTRY[bound] = self
-        if not _is_loopback(host) and tls is None and token is None:
+        if not is_loopback_host(host) and tls is None and token is None:
             _log.warning(
                 "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
                 "this address can read and change the replay data.", host, bound)

@@ -21,9 +21,9 @@ from ostinato.core.deadline import Deadline
 from ostinato.core.signature import flatten_signature
 from ostinato.transport.base import TableMeta, Transport
 from ostinato.types import TableInfo
-from ostinato.wire import codec
+from ostinato.wire import codec, shm
 from ostinato.wire.service import DEFAULT_MAX_MESSAGE_BYTES, SERVICE
-from ostinato.wire.status import from_rpc_error
+from ostinato.wire.status import from_rpc_error, shm_refusal
 
 _log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ DEFAULT_MAX_IN_FLIGHT_REQUESTS = 2
 _QUICK_CALLS = frozenset({"Mutate", "Reset", "ServerInfo"})
 #: A writer stream with nothing to send or confirm for this long is closed (reopened on demand).
 IDLE_CLOSE_SECONDS = 2.0
-#: A request is cut when its segments reach this many bytes.
+#: A request is cut when the rows it carries reach this many bytes (without shared memory).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
@@ -54,6 +54,9 @@ class ClientOptions:
       max_in_flight_items: unconfirmed items per writer before writers block.
       max_in_flight_requests: insert requests per writer awaiting the server's ack; items
         created meanwhile are batched into the next request.
+      shared_memory: pass large rows through a shared-memory ring (:mod:`ostinato.wire.shm`):
+        ``None`` when the address is on this machine, ``True`` always try, ``False`` never.
+      shared_memory_bytes: size of each writer stream's ring.
     """
 
     root_certificates: bytes | None = None
@@ -64,12 +67,20 @@ class ClientOptions:
     max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS
     max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
     tls_server_name: str | None = None
+    shared_memory: bool | None = None
+    shared_memory_bytes: int = shm.DEFAULT_RING_BYTES
 
     def __post_init__(self) -> None:
         if self.compression not in ("zstd", "none"):
             raise ValueError(f"compression ({self.compression!r}) must be 'zstd' or 'none'")
         if self.unavailable_timeout < 0:
             raise ValueError(f"unavailable_timeout ({self.unavailable_timeout}) must be >= 0")
+        if self.shared_memory not in (None, True, False):
+            raise ValueError(f"shared_memory ({self.shared_memory!r}) must be None, True or False")
+        if isinstance(self.shared_memory_bytes, bool) or not isinstance(self.shared_memory_bytes, int) \
+                or not 1 << 20 <= self.shared_memory_bytes <= shm.MAX_RING_BYTES:
+            raise ValueError(f"shared_memory_bytes ({self.shared_memory_bytes!r}) must be an "
+                             f"integer from {1 << 20} to {shm.MAX_RING_BYTES}")
         for name in ("max_in_flight_items", "max_in_flight_requests"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -109,6 +120,11 @@ class GrpcTransport(Transport):
         self._insert = self._channel.stream_stream(f"/{SERVICE}/Insert", ident, ident)
         self._meta: dict[str, TableMeta] = {}
         self._closed = False
+        want = o.shared_memory
+        #: Whether writer streams offer the server a shared-memory ring (cleared, with the
+        #: reason in ``shm_refused``, when a server or this machine refuses one).
+        self.use_shm = shm.available() and (want is True or (want is None and shm.is_loopback(address)))
+        self.shm_refused: str | None = None
 
     # -- unary calls with retry on UNAVAILABLE ---------------------------------------------------
     def _call(self, name: str, msg: dict, deadline: Deadline) -> Any:
@@ -226,6 +242,10 @@ class GrpcTransport(Transport):
         self._channel.close()
 
 
+class _RingRefused(errors.ReverbError):
+    """The server would not map a writer's ring; its items are resent with inline rows."""
+
+
 def _keys_array(keys: Any) -> np.ndarray:
     if isinstance(keys, np.ndarray):
         if keys.dtype.kind not in "ui":
@@ -315,6 +335,9 @@ class GrpcWriterStream:
         self._idle_closed = False
         self._call_obj: Any = None
         self._retry_keys: set[int] = set()
+        self._ring: shm.Ring | None = None  # this call's shared-memory ring, made on demand
+        self._ring_described = False
+        self._ring_cost: deque[int] = deque()  # ring bytes held by each request in flight
 
     # -- API used by writers -------------------------------------------------------------------
     def pending(self) -> int:
@@ -370,12 +393,16 @@ class GrpcWriterStream:
             raise self._error
 
     def _add(self, table: str, items: Sequence[tuple[Any, ...]]) -> None:
+        was_empty = not self._buf
         for it in items:
             self._buf.append((table, it))
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="ostinato-insert", daemon=True)
             self._thread.start()
-        self._cv.notify_all()
+        if was_empty:
+            # Only the send loop waits for queued items, and only while the queue is empty:
+            # waking it for every item would cost a thread switch per item.
+            self._cv.notify_all()
 
     def _requests(self, out: deque, stop: threading.Event) -> Iterator[bytes]:
         """Feeds the gRPC call from the sender loop."""
@@ -389,6 +416,18 @@ class GrpcWriterStream:
             yield msg
 
     def _run(self) -> None:
+        try:
+            self._run_calls()
+        finally:
+            self._drop_ring()
+
+    def _drop_ring(self) -> None:
+        ring, self._ring = self._ring, None
+        self._ring_described = False
+        if ring is not None:
+            ring.close()
+
+    def _run_calls(self) -> None:
         give_up: Deadline | None = None
         backoff = 0.05
         while True:
@@ -401,6 +440,7 @@ class GrpcWriterStream:
                     return
             stop = threading.Event()
             out: deque = deque()
+            self._drop_ring()  # a new call gets a new ring (the server unlinked the old one)
             try:
                 call = self._t._insert(self._requests(out, stop), metadata=self._t._metadata)
                 self._call_obj = call
@@ -435,18 +475,13 @@ class GrpcWriterStream:
             except Exception as e:  # noqa: BLE001
                 err2 = errors.ReverbError(f"writer stream failed: {e}")
             stop.set()
+            if isinstance(err2, _RingRefused) and not self._closed:
+                self._requeue_in_flight()  # at once, with the rows inline this time
+                continue
             if isinstance(err2, errors.UnavailableError) and not self._closed:
                 give_up = give_up or Deadline.after(self._t.options.unavailable_timeout)
                 if not give_up.expired():
-                    with self._cv:  # resend what was not confirmed, with all its rows
-                        for batch in reversed(self._in_flight):
-                            # The server may have stored some before the break: it skips
-                            # resent items whose key it already has.
-                            self._retry_keys.update(it[1][0] for it in batch)
-                            self._buf.extendleft(reversed(batch))
-                        self._in_flight.clear()
-                        self._n_in_flight = 0
-                        self._sent_rows.clear()
+                    self._requeue_in_flight()
                     time.sleep(backoff * (0.5 + random.random() / 2))
                     backoff = min(backoff * 2, 1.0)
                     continue
@@ -455,6 +490,20 @@ class GrpcWriterStream:
                 self._thread = None
                 self._cv.notify_all()
             return
+
+    def _requeue_in_flight(self) -> None:
+        """Puts the unconfirmed items back in front of the queue, to be resent with all their
+        rows on the next call."""
+        with self._cv:
+            for batch in reversed(self._in_flight):
+                # The server may have stored some before the break: it skips resent items
+                # whose key it already has.
+                self._retry_keys.update(it[1][0] for it in batch)
+                self._buf.extendleft(reversed(batch))
+            self._in_flight.clear()
+            self._ring_cost.clear()
+            self._n_in_flight = 0
+            self._sent_rows.clear()
 
     def _send_loop(self, out: deque, stop: threading.Event) -> None:
         idle_since: float | None = None
@@ -487,21 +536,63 @@ class GrpcWriterStream:
                     batch.append(self._buf.popleft())
                     if len(batch) >= 4096:
                         break
-            msg = self._encode(batch)
+            msg, ring_cost = self._encode(batch)
             with self._cv:
                 self._in_flight.append(batch)
+                self._ring_cost.append(ring_cost)
                 self._n_in_flight += len(batch)
                 out.append(msg)
                 self._cv.notify_all()
 
-    def _encode(self, batch: list[tuple[str, tuple[Any, ...]]]) -> bytes:
+    def _ring_for(self, nbytes: int) -> shm.Ring | None:
+        """This call's ring if rows of ``nbytes`` should go through one (made on first use)."""
+        if nbytes < shm.MIN_SEGMENT_BYTES or not self._t.use_shm:
+            return None
+        if self._ring is None:
+            try:
+                self._ring = shm.Ring(self._t.options.shared_memory_bytes)
+            except shm.ShmError as e:
+                self._t.use_shm = False
+                self._t.shm_refused = str(e)
+                _log.info("writers to %s send rows inline: %s", self._t.address, e)
+                return None
+        return self._ring
+
+    def _segment(self, chunk: Chunk, start: int, end: int) -> tuple[dict, int]:
+        """The segment of ``chunk``'s rows [start, end): in the ring if it pays and there is
+        room (returns the ring bytes it holds), else inline."""
+        rows = chunk.data[start:end]
+        ring = self._ring_for(rows.nbytes) if rows.dtype.kind != "O" else None
+        if ring is not None and rows.flags.c_contiguous:
+            put = ring.put(rows)
+            if put is not None:
+                return {"k": chunk.key, "e": chunk.episode_id, "s": start, "n": int(rows.shape[0]),
+                        "d": codec.dtype_to_wire(rows.dtype), "h": list(rows.shape[1:]),
+                        "c": codec.RAW, "m": [put[0], rows.nbytes]}, put[1]
+        return codec.make_segment(chunk.key, chunk.episode_id, start, rows, self._compress), 0
+
+    def _encode(self, batch: list[tuple[str, tuple[Any, ...]]]) -> tuple[bytes, int]:
+        """The request for ``batch`` and the ring bytes it holds until acknowledged.
+
+        A request is cut once the rows it carries reach :data:`MAX_REQUEST_BYTES` (a third of
+        the ring with shared memory, so that the requests in flight fit in it): ``batch`` is
+        truncated in place and its remaining items go back to the front of the queue."""
         tables: dict[str, int] = {}
         items = []
         need: dict[int, tuple[Chunk, int]] = {}
         sq_cache: dict[int, list[bool]] = {}
         retry = self._retry_keys
         retried: list[int] = []
-        for table, (key, prio, packed, squeeze) in batch:
+        sent_rows = self._sent_rows
+        new_bytes = 0
+        limit = self._t.options.shared_memory_bytes // 3 if self._t.use_shm else MAX_REQUEST_BYTES
+        for pos, (table, (key, prio, packed, squeeze)) in enumerate(batch):
+            if new_bytes >= limit:
+                rest = batch[pos:]
+                del batch[pos:]
+                with self._cv:
+                    self._buf.extendleft(reversed(rest))
+                break
             ti = tables.get(table)
             if ti is None:
                 ti = tables[table] = len(tables)
@@ -515,6 +606,9 @@ class GrpcWriterStream:
                     cols.append([ck, off, packed[i + 2]])
                     prev = need.get(ck)
                     if prev is None or prev[1] < end:
+                        base = sent_rows.get(ck, 0) if prev is None else prev[1]
+                        if end > base:
+                            new_bytes += (end - base) * chunk.data.strides[0]
                         need[ck] = (chunk, end)
             else:
                 for col in packed:
@@ -524,6 +618,9 @@ class GrpcWriterStream:
                         end = off + ln
                         prev = need.get(chunk.key)
                         if prev is None or prev[1] < end:
+                            base = sent_rows.get(chunk.key, 0) if prev is None else prev[1]
+                            if end > base:
+                                new_bytes += (end - base) * chunk.data.strides[0]
                             need[chunk.key] = (chunk, end)
                     cols.append(flat)
             sq = sq_cache.get(id(squeeze))
@@ -534,11 +631,13 @@ class GrpcWriterStream:
                 retry.discard(key)
             items.append([ti, key, prio, cols, sq])
         segs = []
+        ring_cost = 0
         for ck, (chunk, end) in need.items():
             sent = self._sent_rows.get(ck, 0)
             if end > sent:
-                rows = chunk.data[sent:end]
-                segs.append(codec.make_segment(ck, chunk.episode_id, sent, rows, self._compress))
+                seg, cost = self._segment(chunk, sent, end)
+                segs.append(seg)
+                ring_cost += cost
                 self._sent_rows[ck] = end
         keep = self._keep_keys()
         with self._cv:
@@ -550,23 +649,34 @@ class GrpcWriterStream:
                 "keep": [k for k in keep if k in self._sent_rows]}
         if retried:
             body["r"] = retried
+        if self._ring is not None and not self._ring_described:
+            body["shm"] = self._ring.descriptor()
+            self._ring_described = True
         msg = codec.pack_framed(body)
         if len(msg) > self._t.options.max_message_bytes:
             raise errors.InvalidArgumentError(
                 f"an insert request of {len(msg)} bytes exceeds max_message_bytes "
                 f"({self._t.options.max_message_bytes}); lower the writer's batch or raise the limit")
-        return msg
+        return msg, ring_cost
 
     def _read(self, call: Any, stop: threading.Event) -> None:
+        first = True
         try:
             for raw in call:
                 resp = codec.unpack(raw)
                 n = int(resp.get("n", 0))
+                ring = self._ring
+                if first and ring is not None:
+                    ring.unlink()  # the server has mapped it by now: the name is not needed
+                first = False
                 with self._cv:
                     while n > 0 and self._in_flight:
                         b = self._in_flight[0]
                         if len(b) <= n:
                             self._in_flight.popleft()
+                            cost = self._ring_cost.popleft() if self._ring_cost else 0
+                            if cost and ring is not None:
+                                ring.release(cost)
                             n -= len(b)
                             self._n_in_flight -= len(b)
                         else:
@@ -576,7 +686,14 @@ class GrpcWriterStream:
                     self._cv.notify_all()
             self._stream_error = None
         except grpc.RpcError as e:
-            if not stop.is_set() or self._in_flight:
+            reason = shm_refusal(e)
+            if reason is not None:
+                self._t.use_shm = False
+                self._t.shm_refused = reason
+                _log.info("server %s refused a shared-memory ring (%s); sending rows inline",
+                          self._t.address, reason)
+                self._stream_error = _RingRefused(reason)
+            elif not stop.is_set() or self._in_flight:
                 self._stream_error = from_rpc_error(e, self._t.address)
         except Exception as e:  # noqa: BLE001
             self._stream_error = errors.ReverbError(f"bad reply on insert stream: {e}")

@@ -50,6 +50,8 @@ def unpack(data: bytes) -> Any:
 
 
 # -- framed messages ----------------------------------------------------------------------------
+#: A segment may instead carry ``m`` = ``[offset, length]`` of its rows in the writer's
+#: shared-memory ring (see :mod:`ostinato.wire.shm`); such segments have no framed payload.
 #: Framed message: ``FRAME_MAGIC``, the header's length (uint32 little-endian), a msgpack map
 #: whose segments carry ``z`` (payload length) instead of ``b``, then the payloads in order.
 #: Large tensor bytes are thus copied once into the message instead of through msgpack's
@@ -63,6 +65,8 @@ def pack_framed(body: dict, seg_field: str = "seg") -> bytes:
     segs = body.get(seg_field) or []
     payloads = []
     for seg in segs:
+        if "b" not in seg:  # rows in a shared-memory ring (``m``): nothing to frame
+            continue
         b = seg.pop("b")
         seg["z"] = len(b)
         payloads.append(b)
@@ -88,6 +92,8 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
     view = memoryview(data)
     off = 8 + hlen
     for seg in segs:
+        if isinstance(seg, dict) and "m" in seg and "z" not in seg:
+            continue  # rows in the writer's shared-memory ring, resolved by the server
         z = req(seg, "z", int, "segment")
         if not 0 <= z <= len(data) - off:
             raise DecodeError(f"segment payload of {z} bytes exceeds the message")

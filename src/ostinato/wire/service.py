@@ -29,9 +29,9 @@ from ostinato.core import items as items_lib
 from ostinato.core.chunk_store import Chunk
 from ostinato.core.deadline import Deadline
 from ostinato.types import dtype_name, shape_str
-from ostinato.wire import codec
+from ostinato.wire import codec, shm
 from ostinato.wire.codec import DecodeError
-from ostinato.wire.status import abort_with
+from ostinato.wire.status import abort_shm_refused, abort_with
 
 _log = logging.getLogger(__name__)
 
@@ -117,10 +117,15 @@ class ReplayService:
     """Handlers of the ``ostinato.Replay`` service for one server."""
 
     def __init__(self, server: Any, *, token: str | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, shared_memory: bool = True):
         self._server = server
         self._token = token
         self._max_bytes = max_message_bytes
+        self._shared_memory = shared_memory
+        #: Insert streams that mapped a writer's shared-memory ring, and the row bytes
+        #: copied out of rings (for tests and monitoring).
+        self.ring_streams = 0
+        self.ring_bytes = 0
         self.active_streams = 0
         self._lock = threading.Lock()
         self._item_bytes: dict[str, float] = {}
@@ -188,14 +193,20 @@ class ReplayService:
     def insert(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         self._authorize(context)
         chunks: dict[int, Chunk] = {}
+        ring: list[shm.Mapping] = []  # the writer's shared-memory ring, once it sent one
         with self._lock:
             self.active_streams += 1
         try:
             for raw in request_iterator:
                 try:
-                    n = self._insert_message(codec.unpack_framed(raw), chunks, context)
+                    msg = codec.unpack_framed(raw)
+                    if isinstance(msg, dict):
+                        self._resolve_ring_refs(msg, ring)
+                    n = self._insert_message(msg, chunks, context)
                 except grpc.RpcError:
                     raise
+                except shm.ShmError as e:  # the writer resends inline: nothing was stored
+                    abort_shm_refused(context, str(e))
                 except Exception as e:  # noqa: BLE001
                     if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
                         _log.exception("internal error in Insert")
@@ -205,8 +216,44 @@ class ReplayService:
                 yield codec.pack({"n": n})
         finally:
             chunks.clear()
+            for m in ring:
+                m.close()
             with self._lock:
                 self.active_streams -= 1
+
+    def _resolve_ring_refs(self, msg: dict, ring: list[shm.Mapping]) -> None:
+        """Maps the writer's ring (first time) and replaces each ``m`` reference by a copy of
+        the rows it points at, so the rest of the request is handled as if they were inline.
+        Raises :class:`shm.ShmError` if the ring cannot be used (the stream is then refused)."""
+        desc = msg.pop("shm", None)
+        if desc is not None:
+            if ring:
+                raise DecodeError("an insert stream may describe only one shared-memory ring")
+            if not self._shared_memory:
+                raise shm.ShmError("this server does not accept shared-memory rings")
+            ring.append(shm.Mapping(desc))
+            with self._lock:
+                self.ring_streams += 1
+        segs = msg.get("seg")
+        if not isinstance(segs, list):
+            return
+        for m in segs:
+            if isinstance(m, dict) and "m" in m:
+                ref = m.pop("m")
+                if not ring:
+                    raise DecodeError("a segment refers to a shared-memory ring the stream has not described")
+                if not isinstance(ref, list) or len(ref) != 2:
+                    raise DecodeError("segment field 'm' must be [offset, length]")
+                if type(ref[1]) is int and ref[1] > self._max_bytes:
+                    # The same limit (and error) as for rows sent inline.
+                    raise errors.ResourceExhaustedError(
+                        f"segment in shared memory larger than max ({ref[1]} vs. "
+                        f"{self._max_bytes}) bytes per message of this server")
+                try:
+                    m["b"] = ring[0].read(ref[0], ref[1])
+                except shm.ShmError as e:
+                    raise DecodeError(str(e)) from None
+                self.ring_bytes += ref[1]  # one stream per thread: a lost update is harmless
 
     def _insert_message(self, msg: Any, chunks: dict[int, Chunk], context: grpc.ServicerContext) -> int | None:
         if not isinstance(msg, dict):
@@ -502,10 +549,12 @@ def _raise_if_bad_tls(tls: Any) -> None:
 
 
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
-                      tls: Any, max_message_bytes: int, max_workers: int) -> tuple[grpc.Server, int, ReplayService]:
+                      tls: Any, max_message_bytes: int, max_workers: int,
+                      shared_memory: bool = True) -> tuple[grpc.Server, int, ReplayService]:
     """Starts serving; returns (grpc server, bound port, service). Raises ValueError if the
     port cannot be bound."""
-    service = ReplayService(server, token=token, max_message_bytes=max_message_bytes)
+    service = ReplayService(server, token=token, max_message_bytes=max_message_bytes,
+                            shared_memory=shared_memory)
     options = [
         ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
         ("grpc.keepalive_time_ms", 10_000),

@@ -14,6 +14,9 @@ import grpc
 from ostinato import errors
 
 ERROR_KEY = "ostinato-error"
+#: Trailing metadata of an Insert stream whose shared-memory ring the server would not map
+#: (the value is the reason); the writer then resends its rows inline.
+SHM_REFUSED_KEY = "ostinato-shm-refused"
 
 #: Exception class -> status code (first match in MRO order wins).
 _TO_CODE: list[tuple[type[BaseException], grpc.StatusCode]] = [
@@ -93,3 +96,16 @@ def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
     if fallback is not None and fallback is not errors.TableNotFoundError:
         return fallback(details)
     return errors.ReverbError(f"{code.name if hasattr(code, 'name') else code}: {details}")
+
+
+def abort_shm_refused(context: grpc.ServicerContext, reason: str) -> None:
+    """Ends an Insert stream whose shared-memory ring cannot be used (raises)."""
+    context.set_trailing_metadata(((SHM_REFUSED_KEY, quote(reason, safe=" /")),))
+    context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"shared-memory ring refused: {reason}")
+
+
+def shm_refusal(err: grpc.RpcError) -> str | None:
+    """The server's reason for refusing a writer's shared-memory ring, if that ended the call."""
+    meta = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
+    reason = meta.get(SHM_REFUSED_KEY)
+    return None if reason is None else unquote(reason)

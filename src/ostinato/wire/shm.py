@@ -1,0 +1,235 @@
+"""Same-host fast path for insert data: a shared-memory ring between a writer and the server.
+
+When a client and its server run on one machine, pushing large tensors through gRPC costs both
+processes a copy into and out of HTTP/2 frames. Instead a writer stream may create a *ring*, a
+file in ``/dev/shm`` that both processes map: the writer copies a segment's rows into the ring
+and the insert request carries only ``(offset, length)``; the server copies the bytes out of its
+own mapping while it handles the request, then acknowledges it, after which the writer reuses
+that space. Everything else (items, small segments, acks) still travels over gRPC.
+
+Safety:
+
+* The ring is only an optimisation. If the server cannot map it (another host, another user,
+  no ``/dev/shm``, a server started with ``shared_memory=False``) it refuses once, and the
+  writer resends the same items with their rows inline; nothing is lost or duplicated.
+* The server maps only files named ``ostinato-<32 hex digits>`` directly in ``/dev/shm``,
+  refuses symlinks and non-regular files, checks the size, and compares a 16-byte random nonce
+  written at the start of the file with the one in the request, so a client can make the server
+  read only a ring whose contents it already knows. Every offset is bounds-checked. A client
+  that scribbles over its ring while the server copies damages only its own rows.
+* Space is reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails cleanly instead of
+  killing the writer with SIGBUS later). The server unlinks the file as soon as it has mapped it
+  and the writer unlinks it when its stream ends, so even a killed client leaves nothing behind
+  once the server has seen the ring.
+
+Linux only (``/dev/shm``); elsewhere :func:`available` is False and writers send rows inline.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import mmap
+import os
+import re
+import secrets
+import stat
+import sys
+import threading
+from typing import Any
+
+SHM_DIR = "/dev/shm"
+#: A ring's file starts with this magic and the 16-byte nonce; data starts at ``HEADER_BYTES``.
+MAGIC = b"OSTSHM01"
+HEADER_BYTES = 64
+NONCE_BYTES = 16
+#: Default size of one writer stream's ring.
+DEFAULT_RING_BYTES = 16 * 1024 * 1024
+#: Segments smaller than this travel inline (for small rows the gRPC copy costs less than the
+#: bookkeeping).
+MIN_SEGMENT_BYTES = 16 * 1024
+#: Largest ring a server maps.
+MAX_RING_BYTES = 1 << 34
+_NAME = re.compile(r"ostinato-[0-9a-f]{32}")
+
+
+class ShmError(Exception):
+    """A ring could not be created or mapped (the reason is the message)."""
+
+
+def available() -> bool:
+    """True where rings can be created (Linux with a writable ``/dev/shm``)."""
+    return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR) \
+        and os.access(SHM_DIR, os.W_OK | os.X_OK)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (brackets allowed)."""
+    h = host.strip().strip("[]").lower()
+    if h in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def is_loopback(address: str) -> bool:
+    """True for gRPC targets on this host: ``localhost:p``, ``127.x.y.z:p``, ``[::1]:p``,
+    ``unix:`` sockets (optionally with a ``dns:///``/``ipv4:``/``ipv6:`` scheme)."""
+    a = address.strip()
+    if a.startswith(("unix:", "unix-abstract:")):
+        return True
+    for prefix in ("dns:///", "ipv4:", "ipv6:"):
+        if a.startswith(prefix):
+            a = a[len(prefix):]
+    if a.startswith("["):
+        host = a[1:a.find("]")] if "]" in a else a[1:]
+    else:
+        host = a.rsplit(":", 1)[0] if a.count(":") == 1 else a
+    return is_loopback_host(host)
+
+
+class Ring:
+    """The writer's side: a mapped file and a FIFO allocator over it.
+
+    Space is handed out in request order and given back in the same order (when the server
+    acknowledges each request), so the free space is always the part of the ring between the
+    newest allocation and the oldest unacknowledged one.
+    """
+
+    def __init__(self, size: int = DEFAULT_RING_BYTES):
+        if size <= HEADER_BYTES:
+            raise ValueError(f"ring size ({size}) must exceed {HEADER_BYTES} bytes")
+        self.nonce = secrets.token_bytes(NONCE_BYTES)
+        self.path = os.path.join(SHM_DIR, f"ostinato-{secrets.token_hex(16)}")
+        self.size = size
+        self._cap = size - HEADER_BYTES
+        self._head = 0
+        self._used = 0
+        self._lock = threading.Lock()
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            raise ShmError(f"cannot create {self.path}: {e}") from None
+        try:
+            os.posix_fallocate(fd, 0, size)
+            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            os.close(fd)
+            self.unlink()
+            raise ShmError(f"cannot reserve {size} bytes in {SHM_DIR}: {e}") from None
+        os.close(fd)
+        self._mm[:len(MAGIC)] = MAGIC
+        self._mm[len(MAGIC):len(MAGIC) + NONCE_BYTES] = self.nonce
+        self._view = memoryview(self._mm)
+
+    def descriptor(self) -> dict:
+        """What the server needs to map this ring (sent in the stream's first request)."""
+        return {"p": self.path, "x": self.nonce, "z": self.size}
+
+    def put(self, data: Any) -> tuple[int, int] | None:
+        """Copies ``data`` (bytes-like) into the ring. Returns ``(offset, cost)``: where it is,
+        and the bytes it holds (including any space skipped at the end of the ring), to give
+        back with :meth:`release`; None if there is no room (send the data inline instead)."""
+        mv = memoryview(data).cast("B")
+        n = mv.nbytes
+        with self._lock:
+            cap, used, head = self._cap, self._used, self._head
+            if n == 0 or n > cap or used + n > cap:
+                return None
+            if used == 0:
+                head = 0
+            tail = (head - used) % cap
+            if used and head == tail:  # pragma: no cover - full (caught by used + n > cap)
+                return None
+            if head >= tail:
+                if n <= cap - head:
+                    off, cost = head, n
+                elif n <= tail:
+                    off, cost = 0, (cap - head) + n
+                else:
+                    return None
+            elif n <= tail - head:
+                off, cost = head, n
+            else:
+                return None
+            self._head = off + n
+            self._used = used + cost
+        start = HEADER_BYTES + off
+        self._view[start:start + n] = mv
+        return start, cost
+
+    def release(self, cost: int) -> None:
+        """Gives back the space of the oldest ``cost`` bytes still held."""
+        with self._lock:
+            self._used = max(0, self._used - cost)
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.unlink()
+        view = getattr(self, "_view", None)
+        if view is not None:
+            view.release()
+            self._view = None  # type: ignore[assignment]
+            self._mm.close()
+
+
+class Mapping:
+    """The server's side: a read-only mapping of a client's ring, validated."""
+
+    def __init__(self, desc: Any):
+        if not isinstance(desc, dict):
+            raise ShmError("ring descriptor must be a map")
+        path, nonce, size = desc.get("p"), desc.get("x"), desc.get("z")
+        if not isinstance(path, str) or not isinstance(nonce, bytes) or type(size) is not int:
+            raise ShmError("ring descriptor needs p (str), x (bytes) and z (int)")
+        if os.path.dirname(path) != SHM_DIR or not _NAME.fullmatch(os.path.basename(path)):
+            raise ShmError(f"ring path {path!r} is not an Ostinato ring in {SHM_DIR}")
+        if len(nonce) != NONCE_BYTES:
+            raise ShmError(f"ring nonce must have {NONCE_BYTES} bytes")
+        if not HEADER_BYTES < size <= MAX_RING_BYTES:
+            raise ShmError(f"ring size {size} out of range")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            raise ShmError(f"cannot open {path}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                raise ShmError(f"{path} is not a regular file of {size} bytes")
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except OSError as e:
+            raise ShmError(f"cannot map {path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        head = mm[:len(MAGIC) + NONCE_BYTES]
+        if head[:len(MAGIC)] != MAGIC or not secrets.compare_digest(head[len(MAGIC):], nonce):
+            mm.close()
+            raise ShmError(f"{path} does not hold the ring the client described")
+        try:  # the client's copy of the name is no longer needed: nothing can leak now
+            os.unlink(path)
+        except OSError:
+            pass
+        self.path = path
+        self.size = size
+        self._mm = mm
+
+    def read(self, offset: Any, n: Any) -> bytes:
+        """A copy of ``n`` bytes at ``offset`` (both checked against the ring's data area)."""
+        if type(offset) is not int or type(n) is not int \
+                or not HEADER_BYTES <= offset <= self.size or not 0 <= n <= self.size - offset:
+            raise ShmError(f"ring reference ({offset!r}, {n!r}) lies outside the ring")
+        return self._mm[offset:offset + n]
+
+    def close(self) -> None:
+        self._mm.close()
