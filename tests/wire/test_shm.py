@@ -12,7 +12,7 @@ import textwrap
 import grpc
 import numpy as np
 import pytest
-from _wire_util import SERVICE, grpc_client
+from _wire_util import SERVICE, grpc_client, writing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,11 +172,10 @@ def _big_steps(n, seed=0):
 
 
 def _write(client, steps, table="q"):
-    with client.trajectory_writer(num_keep_alive_refs=2) as w:
+    with writing(client, 2) as w:
         for s in steps:
             w.append(s)
             w.create_item(table, 1.0, {"obs": w.history["obs"][-1], "t": w.history["t"][-1]})
-        w.flush(timeout_ms=20_000)
 
 
 def _drain(server, table, n):
@@ -204,6 +203,7 @@ def test_large_rows_go_through_the_ring_byte_exact():
         for i, s in enumerate(steps):
             np.testing.assert_array_equal(got[i], s["obs"])
         assert _rings() <= before  # nothing left in /dev/shm
+        client.close()
     finally:
         server.stop()
 
@@ -226,6 +226,7 @@ def test_a_server_that_refuses_rings_gets_the_rows_inline():
         _write(client, _big_steps(5, seed=2))  # later writers go inline from the start
         assert len(server.tables_by_name["q"]) == 5
         assert _rings() <= before
+        client.close()
     finally:
         server.stop()
 
@@ -239,6 +240,7 @@ def test_shared_memory_false_and_remote_addresses_never_make_a_ring():
         assert len(server.tables_by_name["q"]) == 20
         assert grpc_client("example.invalid:1")._get_transport().use_shm is False
         assert grpc_client("example.invalid:1", shared_memory=True)._get_transport().use_shm is True
+        client.close()
     finally:
         server.stop()
 
@@ -250,12 +252,11 @@ def test_mixed_small_and_large_columns_and_trajectories():
     try:
         client = grpc_client(f"localhost:{server.port}")
         steps = _big_steps(60, seed=3)
-        with client.trajectory_writer(num_keep_alive_refs=5) as w:
+        with writing(client, 5) as w:
             for i, s in enumerate(steps):
                 w.append(s)
                 if i >= 4:
                     w.create_item("q", 1.0, {"obs": w.history["obs"][-5:], "t": w.history["t"][-5:]})
-            w.flush(timeout_ms=20_000)
         assert server._service.ring_bytes > 0
         c2 = server.localhost_client()
         for s in c2.sample("q", num_samples=56, emit_timesteps=False):
@@ -263,6 +264,7 @@ def test_mixed_small_and_large_columns_and_trajectories():
             assert list(t) == list(range(t[0], t[0] + 5))
             for j, tt in enumerate(t):
                 np.testing.assert_array_equal(obs[j], steps[tt]["obs"])
+        client.close()
     finally:
         server.stop()
 

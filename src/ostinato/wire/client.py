@@ -338,10 +338,13 @@ class GrpcWriterStream:
         self._ring: shm.Ring | None = None  # this call's shared-memory ring, made on demand
         self._ring_described = False
         self._ring_cost: deque[int] = deque()  # ring bytes held by each request in flight
+        self._n_encoding = 0  # items of the batch the request generator is encoding
+        self._send_error: BaseException | None = None
 
     # -- API used by writers -------------------------------------------------------------------
     def pending(self) -> int:
-        return len(self._buf) + self._n_in_flight
+        # Items being encoded count too: a flush must not see them as confirmed.
+        return len(self._buf) + self._n_encoding + self._n_in_flight
 
     def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
         with self._cv:
@@ -404,17 +407,6 @@ class GrpcWriterStream:
             # waking it for every item would cost a thread switch per item.
             self._cv.notify_all()
 
-    def _requests(self, out: deque, stop: threading.Event) -> Iterator[bytes]:
-        """Feeds the gRPC call from the sender loop."""
-        while True:
-            with self._cv:
-                while not out and not stop.is_set() and not self._closed:
-                    self._cv.wait(0.2)
-                if not out:
-                    return
-                msg = out.popleft()
-            yield msg
-
     def _run(self) -> None:
         try:
             self._run_calls()
@@ -439,18 +431,16 @@ class GrpcWriterStream:
                     self._thread = None
                     return
             stop = threading.Event()
-            out: deque = deque()
             self._drop_ring()  # a new call gets a new ring (the server unlinked the old one)
             try:
-                call = self._t._insert(self._requests(out, stop), metadata=self._t._metadata)
+                call = self._t._insert(self._requests(stop), metadata=self._t._metadata)
                 self._call_obj = call
-                reader = threading.Thread(target=self._read, args=(call, stop), daemon=True,
-                                          name="ostinato-insert-acks")
-                reader.start()
-                self._send_loop(out, stop)
-                reader.join()
-                err = self._stream_error
-                self._stream_error = None
+                try:
+                    self._read(call, stop)  # until the server ends the call
+                finally:
+                    self._quiesce(stop)
+                err = self._send_error or self._stream_error
+                self._stream_error = self._send_error = None
                 if err is None and self._idle_closed:
                     with self._cv:
                         self._idle_closed = False
@@ -505,15 +495,19 @@ class GrpcWriterStream:
             self._n_in_flight = 0
             self._sent_rows.clear()
 
-    def _send_loop(self, out: deque, stop: threading.Event) -> None:
+    def _requests(self, stop: threading.Event) -> Iterator[bytes]:
+        """The call's requests, made as gRPC asks for them (in gRPC's request thread).
+
+        A request is made when there are items to send and fewer than
+        ``max_in_flight_requests`` requests await their acks: items created meanwhile wait and
+        go out together. Encoding here rather than in a thread of our own saves one thread
+        hand-off per round trip (what limits writers that flush after every item)."""
         idle_since: float | None = None
         while True:
             with self._cv:
-                # Send when there is something to send and fewer than max_in_flight_requests
-                # requests await their acks: items created meanwhile wait and go out together.
                 while (not self._buf or len(self._in_flight) >= self._max_requests) \
                         and not self._closed and not stop.is_set():
-                    if self._n_in_flight == 0 and not out:
+                    if self._n_in_flight == 0:
                         now = time.monotonic()
                         idle_since = idle_since or now
                         if now - idle_since > IDLE_CLOSE_SECONDS:
@@ -528,21 +522,46 @@ class GrpcWriterStream:
                 if stop.is_set():
                     return
                 if self._closed and not self._buf:
-                    stop.set()
-                    self._cv.notify_all()
-                    return
+                    return  # ends the request stream; the server then ends the call
                 batch = []
                 while self._buf:
                     batch.append(self._buf.popleft())
                     if len(batch) >= 4096:
                         break
-            msg, ring_cost = self._encode(batch)
+                self._n_encoding = len(batch)
+            try:
+                msg, ring_cost = self._encode(batch)
+            except BaseException as e:  # noqa: BLE001 - reported by the thread reading acks
+                with self._cv:
+                    self._n_encoding = 0
+                    self._send_error = e if isinstance(e, errors.ReverbError) else \
+                        errors.ReverbError(f"writer stream failed: {e!r}")
+                    self._error = self._send_error  # before a waiter can see nothing pending
+                    stop.set()
+                    self._cv.notify_all()
+                call = self._call_obj
+                if call is not None:
+                    call.cancel()
+                return
             with self._cv:
+                self._n_encoding = 0
+                if stop.is_set():  # the call ended meanwhile: the items go out on the next one
+                    self._buf.extendleft(reversed(batch))
+                    self._cv.notify_all()
+                    return
                 self._in_flight.append(batch)
                 self._ring_cost.append(ring_cost)
                 self._n_in_flight += len(batch)
-                out.append(msg)
-                self._cv.notify_all()
+            yield msg
+
+    def _quiesce(self, stop: threading.Event) -> None:
+        """Stops the call's request generator and waits until it is not encoding, so that the
+        stream's state (rows sent, requests in flight) can be reset safely."""
+        with self._cv:
+            stop.set()
+            self._cv.notify_all()
+            while self._n_encoding:
+                self._cv.wait(0.05)
 
     def _ring_for(self, nbytes: int) -> shm.Ring | None:
         """This call's ring if rows of ``nbytes`` should go through one (made on first use)."""

@@ -113,7 +113,8 @@ class Ring:
             raise ShmError(f"cannot create {self.path}: {e}") from None
         try:
             os.posix_fallocate(fd, 0, size)
-            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+            # Populated up front: one bulk fault instead of one per page on first use.
+            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError as e:
             os.close(fd)
