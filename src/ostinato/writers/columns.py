@@ -21,7 +21,7 @@ class TrajectoryColumn:
       path: the column's path, for error messages.
     """
 
-    __slots__ = ("_refs", "_squeeze", "_path")
+    __slots__ = ("_refs", "_squeeze", "_path", "_run")
 
     def __init__(self, data_references: Sequence[CellRef | None], *, squeeze: bool = False,
                  path: tuple[Any, ...] | None = None):
@@ -36,6 +36,9 @@ class TrajectoryColumn:
         self._refs = refs
         self._squeeze = squeeze
         self._path = path
+        #: The refs are consecutive steps of one history column (a step-1 slice of it), which
+        #: lets ``create_item`` turn them into one chunk slice without looking at each ref.
+        self._run = False
 
     @property
     def is_squeezed(self) -> bool:
@@ -51,7 +54,9 @@ class TrajectoryColumn:
         if isinstance(index, (int, np.integer)):
             return TrajectoryColumn([self._refs[index]], squeeze=True, path=self._path)
         if isinstance(index, slice):
-            return TrajectoryColumn(self._refs[index], path=self._path)
+            col = TrajectoryColumn(self._refs[index], path=self._path)
+            col._run = self._run and index.step in (None, 1)
+            return col
         if isinstance(index, list):
             return TrajectoryColumn([self._refs[i] for i in index], path=self._path)
         raise TypeError(f"TrajectoryColumn indices must be integers, slices or lists, not {type(index).__name__}")
@@ -156,6 +161,7 @@ class ColumnHistory:
                     col._refs = (ref,)
                     col._squeeze = True
                     col._path = self._path
+                    col._run = True
                     return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
@@ -179,7 +185,9 @@ class ColumnHistory:
                 refs = list(itertools.islice(self._buf, start - self._offset, max(start, stop) - self._offset))
             else:
                 refs = [self._ref(i) for i in range(start, stop, step)]
-            return TrajectoryColumn(refs, path=self._path)
+            col = TrajectoryColumn(refs, path=self._path)
+            col._run = step == 1
+            return col
         if isinstance(index, list):
             return TrajectoryColumn([self._ref(self._resolve(i)) for i in index], path=self._path)
         raise TypeError(

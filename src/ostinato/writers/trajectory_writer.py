@@ -331,6 +331,13 @@ class TrajectoryWriter:
             if not refs:
                 raise ValueError(f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
                                  f"(path {c._path}) has no steps.")
+            first, last = refs[0], refs[-1]
+            if c._run and last.chunk is first.chunk and last.offset - first.offset == len(refs) - 1 \
+                    and not first.expired:
+                # Consecutive steps of one history column in one chunk: one slice. (Rows of a
+                # chunk are the column's consecutive steps, and refs expire oldest first.)
+                packed += (first.chunk, first.offset, len(refs))
+                continue
             slices = _merge_refs(refs, len(squeeze) - 1)
             if len(slices) == 1:
                 packed += slices[0]
