@@ -35,6 +35,7 @@ import secrets
 import stat
 import sys
 import threading
+import weakref
 from typing import Any
 
 SHM_DIR = "/dev/shm"
@@ -111,6 +112,9 @@ class Ring:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except OSError as e:
             raise ShmError(f"cannot create {self.path}: {e}") from None
+        # Unlinks the name even if the ring is never closed (a writer thread stopped by
+        # interpreter exit before any server mapped the ring).
+        self._unlinker = weakref.finalize(self, _unlink_quietly, self.path)
         try:
             os.posix_fallocate(fd, 0, size)
             # Populated up front: one bulk fault instead of one per page on first use.
@@ -171,10 +175,7 @@ class Ring:
         return self._used
 
     def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        self._unlinker()
 
     def close(self) -> None:
         self.unlink()
@@ -183,6 +184,13 @@ class Ring:
             view.release()
             self._view = None  # type: ignore[assignment]
             self._mm.close()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class Mapping:
