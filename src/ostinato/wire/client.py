@@ -582,12 +582,10 @@ class GrpcWriterStream:
         room (returns the ring bytes it holds), else inline."""
         rows = chunk.data[start:end]
         ring = self._ring_for(rows.nbytes) if rows.dtype.kind != "O" else None
-        if ring is not None and rows.flags.c_contiguous:
-            put = ring.put(rows)
-            if put is not None:
-                return {"k": chunk.key, "e": chunk.episode_id, "s": start, "n": int(rows.shape[0]),
-                        "d": codec.dtype_to_wire(rows.dtype), "h": list(rows.shape[1:]),
-                        "c": codec.RAW, "m": [put[0], rows.nbytes]}, put[1]
+        put = ring.put(rows) if ring is not None and rows.flags.c_contiguous else None
+        if put is not None:
+            return codec.make_segment(chunk.key, chunk.episode_id, start, rows, False,
+                                      ring_ref=[put[0], rows.nbytes]), put[1]
         return codec.make_segment(chunk.key, chunk.episode_id, start, rows, self._compress), 0
 
     def _encode(self, batch: list[tuple[str, tuple[Any, ...]]]) -> tuple[bytes, int]:
@@ -679,15 +677,11 @@ class GrpcWriterStream:
         return msg, ring_cost
 
     def _read(self, call: Any, stop: threading.Event) -> None:
-        first = True
         try:
             for raw in call:
                 resp = codec.unpack(raw)
                 n = int(resp.get("n", 0))
                 ring = self._ring
-                if first and ring is not None:
-                    ring.unlink()  # the server has mapped it by now: the name is not needed
-                first = False
                 with self._cv:
                     while n > 0 and self._in_flight:
                         b = self._in_flight[0]

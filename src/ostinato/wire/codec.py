@@ -173,10 +173,17 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryvi
     return RAW, payload
 
 
-def make_segment(key: int, episode_id: int, start: int, rows: np.ndarray, compress: bool) -> dict:
-    codec, payload = encode_rows(rows, compress)
-    return {"k": key, "e": episode_id, "s": start, "n": int(rows.shape[0]),
-            "d": dtype_to_wire(rows.dtype), "h": list(rows.shape[1:]), "c": codec, "b": payload}
+def make_segment(key: int, episode_id: int, start: int, rows: np.ndarray, compress: bool,
+                 ring_ref: list[int] | None = None) -> dict:
+    """A segment carrying ``rows`` inline (``b``), or, given ``ring_ref`` = ``[offset, length]``
+    of raw rows already in the writer's shared-memory ring, referring to them (``m``)."""
+    seg = {"k": key, "e": episode_id, "s": start, "n": int(rows.shape[0]),
+           "d": dtype_to_wire(rows.dtype), "h": list(rows.shape[1:])}
+    if ring_ref is not None:
+        seg["c"], seg["m"] = RAW, ring_ref
+    else:
+        seg["c"], seg["b"] = encode_rows(rows, compress)
+    return seg
 
 
 @dataclasses.dataclass
