@@ -22,8 +22,21 @@ Packed = tuple[Any, ...]
 _SQUEEZE_CACHE: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
 
+_SQUEEZE_CACHE_MAX = 4096  # distinct flag tuples kept (a remote peer chooses them)
+
+
 def intern_squeeze(flags: Sequence[bool]) -> tuple[bool, ...]:
+    """The flags as a tuple of bools, one shared tuple per distinct value (cheap to compare
+    and to keep per item)."""
+    try:
+        hit = _SQUEEZE_CACHE.get(tuple(flags))
+    except TypeError:  # unhashable elements: truth values are taken below
+        hit = None
+    if hit is not None:
+        return hit
     t = tuple(bool(f) for f in flags)
+    if len(_SQUEEZE_CACHE) >= _SQUEEZE_CACHE_MAX:
+        return _SQUEEZE_CACHE.get(t, t)
     return _SQUEEZE_CACHE.setdefault(t, t)
 
 

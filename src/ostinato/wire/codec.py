@@ -23,6 +23,7 @@ import msgpack
 import numpy as np
 
 from ostinato import types as t
+from ostinato.wire import fresh
 
 RAW = 0
 ZSTD = 1
@@ -89,7 +90,7 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
     segs = body.get(seg_field, [])
     if not isinstance(segs, list):
         raise DecodeError(f"field {seg_field!r} must be a list of segments")
-    view = memoryview(data)
+    base = None
     off = 8 + hlen
     for seg in segs:
         if isinstance(seg, dict) and "m" in seg and "z" not in seg:
@@ -97,7 +98,14 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
         z = req(seg, "z", int, "segment")
         if not 0 <= z <= len(data) - off:
             raise DecodeError(f"segment payload of {z} bytes exceeds the message")
-        seg["b"] = bytes(view[off:off + z])
+        if z >= fresh.MIN_BYTES:
+            if base is None:
+                base = fresh.address_of(data)
+            seg["b"] = fresh.copy_out(data, base, off, z)
+        elif type(data) is bytes:
+            seg["b"] = data[off:off + z]
+        else:
+            seg["b"] = bytes(memoryview(data)[off:off + z])
         del seg["z"]
         off += z
     if off != len(data):

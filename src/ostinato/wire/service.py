@@ -351,7 +351,7 @@ class ReplayService:
                                       f"which has {c.data.end} rows")
                 slices.append((c, off, ln))
             columns.append(slices)
-        squeeze = items_lib.intern_squeeze([bool(x) for x in sq])
+        squeeze = items_lib.intern_squeeze(sq)
         for s, col in zip(squeeze, columns):
             if s and (len(col) != 1 or col[0][2] != 1):
                 raise DecodeError("a squeezed column must hold exactly one row")

@@ -38,6 +38,8 @@ import threading
 import weakref
 from typing import Any
 
+from ostinato.wire import fresh
+
 SHM_DIR = "/dev/shm"
 #: A ring's file starts with this magic and the 16-byte nonce; data starts at ``HEADER_BYTES``.
 MAGIC = b"OSTSHM01"
@@ -216,7 +218,9 @@ class Mapping:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 raise ShmError(f"{path} is not a regular file of {size} bytes")
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            # Populated at once: the client has written (or reserved) every page already.
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                           prot=mmap.PROT_READ)
         except OSError as e:
             raise ShmError(f"cannot map {path}: {e.strerror}") from None
         finally:
@@ -231,14 +235,23 @@ class Mapping:
             pass
         self.path = path
         self.size = size
-        self._mm = mm
+        self._mm: mmap.mmap | None = mm
+        self._base = fresh.address_of(mm)
+        self._lock = threading.Lock()  # close() waits for a copy in progress
 
     def read(self, offset: Any, n: Any) -> bytes:
         """A copy of ``n`` bytes at ``offset`` (both checked against the ring's data area)."""
         if type(offset) is not int or type(n) is not int \
                 or not HEADER_BYTES <= offset <= self.size or not 0 <= n <= self.size - offset:
             raise ShmError(f"ring reference ({offset!r}, {n!r}) lies outside the ring")
-        return self._mm[offset:offset + n]
+        with self._lock:
+            mm = self._mm
+            if mm is None:
+                raise ShmError(f"ring {self.path} is closed")
+            return fresh.copy_out(mm, self._base, offset, n)
 
     def close(self) -> None:
-        self._mm.close()
+        with self._lock:
+            mm, self._mm = self._mm, None
+            if mm is not None:
+                mm.close()

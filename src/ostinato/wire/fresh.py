@@ -1,0 +1,77 @@
+"""Copies large payloads into new ``bytes`` objects, cheaply.
+
+A server stores what writers send: every payload it keeps is new memory, and on Linux the
+first write to each new 4 KiB page traps into the kernel (a page fault). Copying 140 MB of rows
+this way costs about 70 ms on a small VM, several times the copy itself. :func:`copy_out`
+allocates the ``bytes`` object uninitialised, asks the kernel to fault all its pages in at once
+(``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+), then copies with the GIL released, so that
+other threads run meanwhile. Where any of that is unavailable (another OS or interpreter, an
+older kernel) it falls back to an ordinary slice copy with the same result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+from typing import Any
+
+import numpy as np
+
+#: Payloads smaller than this are copied by slicing (the set-up would cost more than it saves).
+MIN_BYTES = 64 * 1024
+_MADV_POPULATE_WRITE = 23
+_PAGE = mmap.PAGESIZE
+
+
+def _load() -> tuple[Any, Any, Any] | None:
+    if sys.implementation.name != "cpython":
+        return None
+    try:
+        new = ctypes.pythonapi.PyBytes_FromStringAndSize
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+        as_string = ctypes.pythonapi.PyBytes_AsString
+        as_string.restype = ctypes.c_void_p
+        as_string.argtypes = [ctypes.py_object]
+    except AttributeError:  # pragma: no cover - CPython always has these
+        return None
+    madvise = None
+    if sys.platform.startswith("linux"):
+        try:
+            madvise = ctypes.CDLL(None, use_errno=True).madvise
+            madvise.restype = ctypes.c_int
+            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        except (OSError, AttributeError):  # pragma: no cover
+            madvise = None
+    return new, as_string, madvise
+
+
+_API = _load()
+_populate = _API is not None and _API[2] is not None
+
+
+def address_of(buf: Any) -> int:
+    """The address of a contiguous buffer's first byte (the buffer must outlive its use)."""
+    return np.frombuffer(buf, dtype=np.uint8).ctypes.data
+
+
+def copy_out(buf: Any, base: int, offset: int, n: int) -> bytes:
+    """``bytes(buf[offset:offset + n])``, where ``base`` is ``address_of(buf)``.
+
+    The caller has checked that ``[offset, offset + n)`` lies inside ``buf``.
+    """
+    global _populate
+    if _API is None or n < MIN_BYTES:
+        return bytes(memoryview(buf)[offset:offset + n])
+    new, as_string, madvise = _API
+    out = new(None, n)  # uninitialised; nobody else can see it before it is returned
+    dst = as_string(out)
+    if _populate:
+        start = (dst + _PAGE - 1) & -_PAGE
+        stop = (dst + n) & -_PAGE
+        if stop > start and madvise(start, stop - start, _MADV_POPULATE_WRITE) != 0:
+            _populate = False  # an older kernel (EINVAL): the copy faults pages in as usual
+    ctypes.memmove(dst, base + offset, n)  # a foreign call: the GIL is released meanwhile
+    return out
+
