@@ -356,6 +356,34 @@ def test_linger_returns_what_is_admitted_when_nothing_more_comes():
         table.sample(10, timeout=0.05, linger=5.0)
 
 
+def test_linger_ends_when_inserts_are_blocked():
+    """A lingering sampler never holds writers back: once the limiter blocks inserts it takes
+    what is admitted at once (a full queue here) instead of waiting out its linger."""
+    table = _queue(3)
+    table.insert_many([_chunk_item(k, 1.0) for k in range(1, 4)])
+    t0 = time.monotonic()
+    assert sorted(table.sample(10, timeout=30, linger=20.0).keys) == [1, 2, 3]
+    assert time.monotonic() - t0 < 10
+
+
+def test_linger_is_woken_by_a_writer_that_blocks():
+    """A sampler lingers on a queue with room; a writer then fills it and blocks: the sampler
+    must return then, not after its linger, so that the writer can go on."""
+    table = _queue(4)
+    table.insert_many([_chunk_item(1, 1.0)])
+    writer = threading.Thread(
+        target=lambda: table.insert_many([_chunk_item(k, 1.0) for k in range(2, 7)],
+                                         Deadline.after(30)), daemon=True)
+    threading.Timer(0.05, writer.start).start()
+    t0 = time.monotonic()
+    got = [int(k) for k in table.sample(10, timeout=30, linger=20.0).keys]
+    assert time.monotonic() - t0 < 10
+    writer.join(JOIN_TIMEOUT)
+    assert not writer.is_alive()
+    got += [int(k) for k in table.sample(10, timeout=5).keys]
+    assert sorted(got) == list(range(1, 7))
+
+
 def test_lingering_sampler_never_returns_an_empty_batch(frequent_thread_switches):
     """Another sampler may take everything while one lingers: it then waits again."""
     table = _queue(1000)

@@ -126,6 +126,11 @@ class Table:
         self._server: Any = None
         self._closed = False
         self._waiting = 0  # threads blocked in _wait_locked
+        # Samplers lingering for a fuller batch wait on their own condition, woken only when
+        # their batch is admitted, an insert has to wait, or the table changes otherwise (not
+        # by every insert: that would cost a thread switch per insert).
+        self._linger_cond = threading.Condition(self._lock)
+        self._lingering: list[int] = []  # the batch size each lingering sampler waits for
         self._rng = np.random.default_rng()
         self._key_rng = random.Random()
 
@@ -406,8 +411,8 @@ class Table:
                     break
                 self._insert_locked(key, priority, traj, squeeze, assign)
                 done += 1
-            if done and self._waiting:
-                self._cond.notify_all()
+            if done:
+                self._notify_inserted_locked()
         return done
 
     def insert_many(self, items: Sequence[Item], deadline: Deadline | None = None,
@@ -429,12 +434,27 @@ class Table:
             lim = self._limiter
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
-                    if keys:
-                        self._cond.notify_all()
+                    self._notify_all_locked()  # lingering samplers too: take what is there
                     self._wait_locked(lambda: lim.can_insert(1), deadline, "insert", keys)
                 keys.append(self._insert_locked(key, priority, traj, squeeze, assign))
-            self._cond.notify_all()
+            self._notify_inserted_locked()
         return keys
+
+    def _notify_inserted_locked(self) -> None:
+        """After inserts: wakes blocked calls, and lingering samplers whose batch is now
+        admitted (or if the limiter now blocks inserts: a lingering sampler must not hold
+        writers back)."""
+        if self._waiting:
+            self._cond.notify_all()
+        if self._lingering:
+            n = min(self._lingering)
+            if self._allowed_locked(n) >= n or not self._limiter.can_insert(1):
+                self._linger_cond.notify_all()
+
+    def _notify_all_locked(self) -> None:
+        self._cond.notify_all()
+        if self._lingering:
+            self._linger_cond.notify_all()
 
     def _wait_locked(self, ready: Any, deadline: Deadline, what: str,
                      done: list[Any] | None = None) -> None:
@@ -461,15 +481,15 @@ class Table:
         if remaining is not None:
             end = min(end, time.monotonic() + remaining)
         while not self._closed and self._allowed_locked(n) < n \
-                and not (cancelled is not None and cancelled()):
+                and not (cancelled is not None and cancelled()) and self._limiter.can_insert(1):
             left = end - time.monotonic()
             if left <= 0:
                 return
-            self._waiting += 1
+            self._lingering.append(n)
             try:
-                self._cond.wait(left)
+                self._linger_cond.wait(left)
             finally:
-                self._waiting -= 1
+                self._lingering.remove(n)
 
     # -- sample -----------------------------------------------------------------------------------
     def _allowed_locked(self, n: int) -> int:
@@ -481,7 +501,7 @@ class Table:
     def wake(self) -> None:
         """Wakes blocked calls so that they re-check their conditions (e.g. ``cancelled``)."""
         with self._cond:
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     def sample(self, num_samples: int = 1, timeout: float | None = None,
                cancelled: Any = None, linger: float = 0.0) -> items_lib.SampleBatch:
@@ -678,7 +698,7 @@ class Table:
                 for k, v in zip(known, pv.tolist()):
                     for h in self._hooks:
                         h.on_update(self._name, k, v)
-            self._cond.notify_all()
+            self._notify_all_locked()
             return len(slots)
 
     def delete(self, keys: Sequence[int] | np.ndarray) -> int:
@@ -693,7 +713,7 @@ class Table:
                     self._delete_slot(s)
                     n += 1
             if n:
-                self._cond.notify_all()
+                self._notify_all_locked()
             return n
 
     def mutate_priorities(self, updates: dict[int, float] | None = None,
@@ -728,13 +748,13 @@ class Table:
             self._limiter.reset()
             for h in self._hooks:
                 h.on_reset(self._name)
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     def close(self) -> None:
         """Wakes every waiting call with ``CancelledError``; later calls fail the same way."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     # -- introspection (tests, checkpoints) ---------------------------------------------------------
     def get(self, key: int) -> dict[str, Any]:
@@ -814,7 +834,7 @@ class Table:
                                            counters["deletes"])
             self._num_deleted_episodes = int(counters["num_deleted_episodes"])
             self._num_unique_samples = int(counters["num_unique_samples"])
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     def __repr__(self) -> str:
         s = (f"Table(sampler={self._sampler!r}, remover={self._remover!r}, "
