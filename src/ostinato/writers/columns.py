@@ -163,6 +163,20 @@ class ColumnHistory:
                     col._path = self._path
                     col._run = True
                     return col
+        if type(index) is slice and index.step is None and index.stop is None \
+                and type(index.start) is int and index.start < 0:
+            # Fast path for the common ``h[-k:]`` (the newest k steps).
+            buf = self._buf
+            k = -index.start
+            if k <= len(buf):
+                refs = tuple([buf[i] for i in range(-k, 0)])
+                if None not in refs:
+                    col = _new_column(TrajectoryColumn)
+                    col._refs = refs
+                    col._squeeze = False
+                    col._path = self._path
+                    col._run = True
+                    return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)
