@@ -88,6 +88,17 @@ class TrajectoryColumn:
 _new_column = object.__new__
 
 
+def _run_column(refs: tuple[CellRef, ...], squeeze: bool, path: tuple[Any, ...]) -> TrajectoryColumn:
+    """A column of the newest consecutive refs of a history, which the caller has checked
+    (no ``None``; one ref when squeezed), built without ``__init__``'s checks."""
+    col = _new_column(TrajectoryColumn)
+    col._refs = refs
+    col._squeeze = squeeze
+    col._path = path
+    col._run = True
+    return col
+
+
 class ColumnHistory:
     """The refs of one column over the current episode (``writer.history[path]``).
 
@@ -157,12 +168,7 @@ class ColumnHistory:
             if -index <= len(buf):
                 ref = buf[index]
                 if ref is not None:
-                    col = _new_column(TrajectoryColumn)
-                    col._refs = (ref,)
-                    col._squeeze = True
-                    col._path = self._path
-                    col._run = True
-                    return col
+                    return _run_column((ref,), True, self._path)
         if type(index) is slice and index.step is None and index.stop is None \
                 and type(index.start) is int and index.start < 0:
             # Fast path for the common ``h[-k:]`` (the newest k steps).
@@ -171,12 +177,7 @@ class ColumnHistory:
             if k <= len(buf):
                 refs = tuple([buf[i] for i in range(-k, 0)])
                 if None not in refs:
-                    col = _new_column(TrajectoryColumn)
-                    col._refs = refs
-                    col._squeeze = False
-                    col._path = self._path
-                    col._run = True
-                    return col
+                    return _run_column(refs, False, self._path)
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)
