@@ -183,7 +183,7 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
 
         @invariant()
         def length_matches(self):
-            assert len(self.sel) == len(self.model.live)
+            assert self.sel.num_items() == len(self.model.live)
 
     SelectorMachine.__name__ = f"{kind}_machine"
     return SelectorMachine

@@ -83,8 +83,14 @@ class ItemSelector:
         """A new, empty selector with the same configuration."""
         raise NotImplementedError
 
-    def __len__(self) -> int:
+    def num_items(self) -> int:
+        """How many items the selector holds."""
         raise NotImplementedError
+
+    def __bool__(self) -> bool:
+        # A selector is configuration as far as users are concerned: ``sampler or Fifo()``
+        # must keep the caller's selector whatever it holds (Reverb's selectors are truthy).
+        return True
 
 
 class Uniform(ItemSelector):
@@ -139,7 +145,7 @@ class Uniform(ItemSelector):
     def clone(self) -> Uniform:
         return Uniform()
 
-    def __len__(self) -> int:
+    def num_items(self) -> int:
         return len(self._dense)
 
     def __repr__(self) -> str:
@@ -264,8 +270,8 @@ class Prioritized(ItemSelector):
     def clone(self) -> Prioritized:
         return Prioritized(self._exponent)
 
-    def __len__(self) -> int:
-        return len(self._uniform)
+    def num_items(self) -> int:
+        return self._uniform.num_items()
 
     def __repr__(self) -> str:
         return f"PrioritizedSelector(priority_exponent={self._exponent:g})"
@@ -337,7 +343,7 @@ class _Ordered(ItemSelector):
         self._head = self._tail = -1
         self._n = 0
 
-    def __len__(self) -> int:
+    def num_items(self) -> int:
         return self._n
 
 
@@ -448,7 +454,7 @@ class HeapSelector(ItemSelector):
     def clone(self) -> HeapSelector:
         return HeapSelector(self._min_heap)
 
-    def __len__(self) -> int:
+    def num_items(self) -> int:
         return self._n
 
     def __repr__(self) -> str:

@@ -240,6 +240,10 @@ class Table:
     def __len__(self) -> int:
         return len(self._key_to_slot)
 
+    def __bool__(self) -> bool:
+        # A table is truthy even when empty (``table or default`` keeps the caller's table).
+        return True
+
     @property
     def size(self) -> int:
         return len(self._key_to_slot)
