@@ -277,3 +277,11 @@ def test_tf_client_errors(serve):
     with pytest.raises(ValueError, match="same shape"):
         tfc.insert([tf.constant(1.0)], tf.constant(["nosig"]), tf.constant([1.0, 2.0],
                                                                            tf.float64))
+
+
+def test_tf_client_server_address(make_server):
+    server = make_server(reverb.Table.queue("q", 10))
+    address = f"localhost:{server.port}"
+    assert datasets.TFClient(address).server_address == address
+    assert datasets.TFClient(reverb.Client(address)).server_address == address
+    assert reverb.TFClient(address).server_address == address

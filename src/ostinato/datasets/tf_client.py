@@ -94,6 +94,11 @@ class TFClient:
         self._name = name
         self.shared_name = shared_name
 
+    @property
+    def server_address(self) -> str:
+        """The address of the server (Reverb's ``TFClient.server_address``)."""
+        return self._client.server_address
+
     # -- sample --------------------------------------------------------------------------------
     def sample(self, table: str, data_dtypes: Any, name: str | None = None) -> ReplaySample:
         """Samples one item and returns its first timestep.
