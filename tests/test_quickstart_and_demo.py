@@ -55,6 +55,67 @@ def test_demo_runs_and_prints_throughput():
     assert "items/s" in out.stdout and "Done:" in out.stdout
 
 
+def test_demo_stops_cleanly_without_tracebacks():
+    # Issue 12 item 6: the demo used to stop the server under actors still blocked on the rate
+    # limiter, and their threads died printing "CancelledError: Table 'replay' has been closed."
+    # tracebacks. Four actors against one learner keep the rate limiter busy at the stop.
+    out = subprocess.run([sys.executable, "-m", "ostinato.demo", "--seconds", "2", "--actors", "4"],
+                         capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "Done:" in out.stdout, text
+    assert "Traceback" not in text and "CancelledError" not in text, text
+
+
+def test_demo_worker_is_quiet_when_the_server_stops_under_it(make_server, capsys):
+    import threading
+
+    from ostinato.demo import _Worker
+
+    # A full queue: the second insert blocks until the server stops.
+    server = make_server(reverb.Table.queue("t", 1))
+    client = server.localhost_client()
+    client.insert(0, {"t": 1.0})
+    stopping = threading.Event()
+    w = _Worker("blocked", lambda: client.insert(1, {"t": 1.0}), (), stopping)
+    w.start()
+    w.join(0.3)
+    assert w.is_alive()  # really blocked in the call
+    stopping.set()
+    server.stop()
+    w.join(10)
+    assert not w.is_alive() and w.error is None
+    assert capsys.readouterr().err == ""
+
+
+def test_demo_worker_reports_real_errors(capsys):
+    import threading
+
+    from ostinato.demo import _Worker
+
+    def boom():
+        raise ValueError("a real bug")
+
+    stopping = threading.Event()
+    stopping.set()  # even during shutdown, an error that is not "server stopped" is reported
+    w = _Worker("learner", boom, (), stopping)
+    w.start()
+    w.join(10)
+    assert isinstance(w.error, ValueError)
+    err = capsys.readouterr().err
+    assert "learner failed" in err and "Traceback" in err and "a real bug" in err
+
+    # A "server stopped" error while the server is meant to be running is reported too.
+    def cancelled():
+        raise reverb.errors.CancelledError("Table 't' has been closed.")
+
+    w = _Worker("actor 0", cancelled, (), threading.Event())
+    w.start()
+    w.join(10)
+    assert isinstance(w.error, reverb.errors.CancelledError)
+    assert "actor 0 failed" in capsys.readouterr().err
+
+
 class _FakeTFShape:
     def __init__(self, dims):
         self._dims = dims

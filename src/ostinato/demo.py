@@ -10,8 +10,12 @@ Run it with ``ostinato-demo`` or ``python -m ostinato.demo --seconds 10 --actors
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +33,61 @@ class _Counter:
     def add(self, n: int) -> None:
         with self._lock:
             self.value += n
+
+
+# Errors a call raises because the server (or its table) stopped under it. At shutdown, a thread
+# still blocked in such a call exits quietly; any other error, or one of these while the server
+# is still running, is reported.
+_SHUTDOWN_ERRORS = (reverb.errors.CancelledError, reverb.errors.UnavailableError)
+
+
+def _caused_by_shutdown(exc: BaseException | None) -> bool:
+    """True if ``exc``, or an error it was raised from, is a "server/table stopped" error.
+
+    A trajectory writer reports a failed delivery as ``FailedPreconditionError`` raised from
+    the transport's error, so the cause chain is followed.
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, _SHUTDOWN_ERRORS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class _Worker(threading.Thread):
+    """A daemon thread that runs ``target`` and keeps its error instead of printing a traceback.
+
+    ``server_stopping`` is set just before the server stops: an error caused by that is
+    expected (the thread was still blocked in a call) and dropped; any other error is printed
+    with its traceback and makes the demo exit non-zero.
+    """
+
+    def __init__(self, name: str, target: Callable[..., None], args: tuple[Any, ...],
+                 server_stopping: threading.Event) -> None:
+        super().__init__(name=name, daemon=True)
+        self._fn, self._fn_args = target, args
+        self._server_stopping = server_stopping
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._fn(*self._fn_args)
+        except BaseException as e:  # noqa: BLE001 - printed here, counted by main()
+            if self._server_stopping.is_set() and _caused_by_shutdown(e):
+                return
+            self.error = e
+            print(f"ostinato-demo: {self.name} failed:", file=sys.stderr, flush=True)
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+            sys.stderr.flush()
+
+
+def _join_all(threads: list[_Worker], timeout: float) -> list[_Worker]:
+    """Joins ``threads`` within ``timeout`` seconds in all; returns those still running."""
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
 
 
 def _actor(client: reverb.Client, seed: int, stop: threading.Event, steps: _Counter,
@@ -70,8 +129,6 @@ def _learner(client: reverb.Client, batch_size: int, stop: threading.Event, samp
             batch = client.sample_batch("replay", batch_size, timeout=0.5)
         except reverb.errors.RateLimiterTimeout:
             continue
-        except reverb.errors.CancelledError:
-            return
         rewards = batch.data["reward"]
         td_error = np.abs(rewards.sum(axis=1)) + 1e-3  # stand-in for a real TD error
         client.update_priorities("replay", batch.info.key, td_error)
@@ -104,38 +161,56 @@ def main(argv: list[str] | None = None) -> int:
             "reward": reverb.TensorSpec([TRAJ_LEN], np.float32),
         },
     )
-    stop = threading.Event()
+    actors_stop, learner_stop, server_stopping = threading.Event(), threading.Event(), threading.Event()
     steps, items, sampled, updates = _Counter(), _Counter(), _Counter(), _Counter()
+    interrupted = False
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         print(f"Ostinato {reverb.__version__} demo: embedded server on port {server.port}, "
               f"{args.actors} actors, 1 learner (batch {args.batch_size}), {args.seconds:g} s")
-        threads = [threading.Thread(target=_actor, args=(client, i, stop, steps, items), daemon=True)
-                   for i in range(args.actors)]
-        threads.append(threading.Thread(target=_learner, daemon=True,
-                                        args=(client, args.batch_size, stop, sampled, updates)))
+        actors = [_Worker(f"actor {i}", _actor, (client, i, actors_stop, steps, items),
+                          server_stopping) for i in range(args.actors)]
+        learner = _Worker("learner", _learner,
+                          (client, args.batch_size, learner_stop, sampled, updates), server_stopping)
         start = time.perf_counter()
-        for t in threads:
+        for t in [*actors, learner]:
             t.start()
         last = (start, 0, 0)
-        while (now := time.perf_counter()) - start < args.seconds:
-            time.sleep(min(1.0, args.seconds - (now - start)))
-            now = time.perf_counter()
-            dt = now - last[0]
-            print(f"  t={now - start:5.1f}s  items/s {(items.value - last[1]) / dt:>9,.0f}  "
-                  f"samples/s {(sampled.value - last[2]) / dt:>10,.0f}  "
-                  f"table size {table.size:>7,}", flush=True)
-            last = (now, items.value, sampled.value)
-        stop.set()
-        server.stop()  # wakes anything still blocked on the rate limiter
-        for t in threads:
-            t.join(timeout=10)
+        try:
+            while (now := time.perf_counter()) - start < args.seconds:
+                time.sleep(min(1.0, args.seconds - (now - start)))
+                now = time.perf_counter()
+                dt = now - last[0]
+                print(f"  t={now - start:5.1f}s  items/s {(items.value - last[1]) / dt:>9,.0f}  "
+                      f"samples/s {(sampled.value - last[2]) / dt:>10,.0f}  "
+                      f"table size {table.size:>7,}", flush=True)
+                last = (now, items.value, sampled.value)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("Interrupted; stopping.", flush=True)
+        # Orderly shutdown. Actors first, while the learner still samples: an actor's last
+        # items may be waiting for the rate limiter, which only sampling lets through. Then
+        # the learner (its sample calls time out every 0.5 s). Then the server; a thread still
+        # blocked in a call after its bounded join wakes with an error there and exits quietly.
+        actors_stop.set()
+        stuck = _join_all(actors, timeout=10)
+        learner_stop.set()
+        stuck += _join_all([learner], timeout=5)
         elapsed = time.perf_counter() - start
+        server_stopping.set()
+        server.stop()
+        stuck = _join_all(stuck, timeout=5)
+    if stuck:
+        print(f"ostinato-demo: {', '.join(t.name for t in stuck)} did not stop in time.",
+              file=sys.stderr)
     print(f"Done: {steps.value:,} steps, {items.value:,} items written "
           f"({items.value / elapsed:,.0f}/s); {sampled.value:,} items sampled in "
           f"{updates.value:,} batches ({sampled.value / elapsed:,.0f}/s) with priority updates.")
-    return 0
-
+    failed = [t for t in [*actors, learner] if t.error is not None]
+    if failed:
+        print(f"ostinato-demo: {len(failed)} thread(s) failed (tracebacks above).", file=sys.stderr)
+        return 1
+    return 130 if interrupted else 0
 
 if __name__ == "__main__":
     raise SystemExit(main())
