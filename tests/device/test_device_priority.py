@@ -220,7 +220,6 @@ def test_bad_inserts_name_the_column(backend, extra):
         (dict(alpha=-0.1), r"alpha \(-0.1\) must be a number in \[0, 1\]"),
         (dict(beta=-1.0), r"beta \(-1.0\) must be a finite number >= 0"),
         (dict(capacity=0), r"capacity \(0\) must be a positive integer"),
-        (dict(sample_size=16), r"sample_size \(16\) must not exceed capacity \(8\)"),
         (dict(seed0=-3), r"seed0 \(-3\) must be None or a non-negative integer"),
     ],
 )

@@ -188,7 +188,6 @@ def test_bad_inserts_name_the_column(backend):
         (dict(capacity=0), r"capacity \(0\) must be a positive integer"),
         (dict(capacity=2.5), r"capacity \(2.5\) must be a positive integer"),
         (dict(sample_size=0), r"sample_size \(0\) must be a positive integer"),
-        (dict(sample_size=9), r"sample_size \(9\) must not exceed capacity \(8\)"),
         (dict(seed=-1), r"seed \(-1\) must be None or a non-negative integer"),
     ],
 )

@@ -91,11 +91,31 @@ def optional_seed(value: Any, name: str = "seed") -> int | None:
     return int(value)
 
 
-def sample_size_fits(sample_size: int, capacity: int) -> None:
-    """Raises if ``sample_size`` exceeds ``capacity`` (MindSpore's construction check).
+def distinct_rows_fit(
+    sample_size: int, available: int, of: str = "size()", name: str = "sample_size"
+) -> None:
+    """Raises if a draw *without* replacement asks for more rows than there are.
+
+    ``sample_size`` is not limited by ``capacity``: sampling is with replacement, so any
+    positive ``sample_size`` works (MindSpore's ``PriorityReplayBuffer`` and its sampling
+    kernels accept it too; only its ``UniformReplayBuffer`` op refuses it at construction,
+    a limit not copied here). Only ``sample(unique=True)`` needs ``sample_size <= size()``.
+
+    Args:
+        sample_size: Rows asked for.
+        available: Rows that can be drawn from (the buffer's ``size()``, or its capacity
+            where the size is not known, as under ``jax.jit``).
+        of: What ``available`` is, for the message: ``"size()"`` or ``"capacity"``.
+        name: The argument name quoted in the message.
 
     Raises:
-        ValueError: If ``sample_size > capacity``.
+        ValueError: If ``sample_size > available``; the message names both values.
     """
-    if sample_size > capacity:
-        raise ValueError(f"sample_size ({sample_size}) must not exceed capacity ({capacity})")
+    if sample_size > available:
+        where = f"holding {available}" if of == "size()" else f"of {of} {available}"
+        raise ValueError(
+            f"cannot draw {sample_size} distinct rows from a buffer {where}: "
+            f"sample(unique=True) draws without replacement, so {name} ({sample_size}) "
+            f"must not exceed {of} ({available}); sample() without unique=True draws with "
+            f"replacement and accepts any {name}"
+        )

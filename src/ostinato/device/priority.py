@@ -9,7 +9,6 @@ from ostinato.device._checks import (
     non_negative_float,
     optional_seed,
     positive_int,
-    sample_size_fits,
     unit_float,
 )
 from ostinato.device._dispatch import backend_class
@@ -41,7 +40,8 @@ class PriorityReplayBuffer:
     Args:
         alpha: Priority exponent in [0, 1] (0 is uniform).
         capacity: Rows held; the oldest is overwritten when full.
-        sample_size: Rows returned by :meth:`sample`.
+        sample_size: Rows returned by :meth:`sample`. It may exceed ``capacity`` (and the
+            rows held): sampling is with replacement.
         shapes: One element shape per column, without the capacity dimension.
         types: One dtype per column (strings, numpy, torch, jax or MindSpore dtypes).
         beta: Default importance-sampling exponent for :meth:`sample`.
@@ -57,8 +57,7 @@ class PriorityReplayBuffer:
 
     Raises:
         ValueError: For ``alpha`` outside [0, 1], negative ``beta``, non-positive sizes,
-            ``sample_size > capacity``, malformed shapes, an unknown backend or a missing
-            device.
+            malformed shapes, an unknown backend or a missing device.
         TypeError: For unsupported dtypes or ``shapes``/``types`` that are not lists.
 
     Example:
@@ -94,7 +93,6 @@ class PriorityReplayBuffer:
         self.alpha = unit_float("alpha", alpha)
         self.capacity = positive_int("capacity", capacity)
         self.sample_size = positive_int("sample_size", sample_size)
-        sample_size_fits(self.sample_size, self.capacity)
         self.beta = non_negative_float("beta", beta)
         self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
         seed0_, seed1_ = optional_seed(seed0, "seed0"), optional_seed(seed1, "seed1")
@@ -135,7 +133,8 @@ class PriorityReplayBuffer:
         raise NotImplementedError
 
     def sample(self, beta: float | None = None) -> tuple[Any, ...]:
-        """Draws ``sample_size`` rows in proportion to ``priority ** alpha``.
+        """Draws ``sample_size`` rows in proportion to ``priority ** alpha``, with
+        replacement (``sample_size`` may exceed ``size()`` and ``capacity``).
 
         Args:
             beta: Importance-sampling exponent; ``None`` uses the constructor's ``beta``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.device._checks import optional_seed, positive_int, sample_size_fits
+from ostinato.device._checks import optional_seed, positive_int
 from ostinato.device._dispatch import backend_class
 from ostinato.device.spec import ColumnSpec, make_specs
 
@@ -23,7 +23,8 @@ class UniformReplayBuffer:
     framework is imported only then.
 
     Args:
-        sample_size: Rows returned by :meth:`sample`.
+        sample_size: Rows returned by :meth:`sample`. It may exceed ``capacity`` (and the
+            rows held): sampling is with replacement.
         capacity: Rows held; the oldest is overwritten when full.
         shapes: One element shape per column, without the capacity dimension.
         types: One dtype per column (strings, numpy, torch, jax or MindSpore dtypes).
@@ -35,8 +36,8 @@ class UniformReplayBuffer:
         backend: ``"torch"`` or ``"jax"``.
 
     Raises:
-        ValueError: For a non-positive ``capacity``/``sample_size``, ``sample_size >
-            capacity``, malformed shapes, an unknown backend or a missing device.
+        ValueError: For a non-positive ``capacity``/``sample_size``, malformed shapes, an
+            unknown backend or a missing device.
         TypeError: For unsupported dtypes or ``shapes``/``types`` that are not lists.
 
     Example:
@@ -70,7 +71,6 @@ class UniformReplayBuffer:
     ) -> None:
         self.capacity = positive_int("capacity", capacity)
         self.sample_size = positive_int("sample_size", sample_size)
-        sample_size_fits(self.sample_size, self.capacity)
         self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
         self.seed = optional_seed(seed)
         self.backend = backend
@@ -104,7 +104,9 @@ class UniformReplayBuffer:
         raise NotImplementedError
 
     def sample(self, *, unique: bool = False, order_preserving: bool = False) -> tuple[Any, ...]:
-        """Draws ``sample_size`` stored transitions uniformly.
+        """Draws ``sample_size`` stored transitions uniformly, with replacement.
+
+        ``sample_size`` may exceed ``size()`` and ``capacity``: rows then repeat.
 
         Args:
             unique: Draw without replacement (requires ``size() >= sample_size``).
@@ -115,7 +117,8 @@ class UniformReplayBuffer:
 
         Raises:
             IndexError: If the buffer is empty.
-            ValueError: If ``unique`` and fewer than ``sample_size`` rows are stored.
+            ValueError: If ``unique`` and fewer than ``sample_size`` rows are stored (the
+                message quotes ``sample_size`` and ``size()``).
         """
         raise NotImplementedError
 

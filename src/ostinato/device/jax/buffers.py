@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ostinato.device._checks import distinct_rows_fit
 from ostinato.device.jax.functional import (
     PriorityBuffer,
     UniformBuffer,
@@ -123,11 +124,8 @@ class JaxUniformReplayBuffer(_JaxMixin, UniformReplayBuffer):
     ) -> tuple[jax.Array, ...]:
         if self.ring.size == 0:
             raise IndexError("cannot sample from an empty buffer")
-        if unique and self.ring.size < self.sample_size:
-            raise ValueError(
-                f"cannot draw {self.sample_size} distinct rows from a buffer holding "
-                f"{self.ring.size}"
-            )
+        if unique:
+            distinct_rows_fit(self.sample_size, self.ring.size)
         self._key, out = self._sample(
             self.state, self._key, unique=unique, order_preserving=order_preserving
         )

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ostinato.device._checks import positive_int, sample_size_fits, unit_float
+from ostinato.device._checks import distinct_rows_fit, positive_int, unit_float
 from ostinato.device.jax import sum_tree
 from ostinato.device.spec import (
     ColumnSpec,
@@ -226,15 +226,18 @@ class UniformBuffer(_Base):
         unique: bool = False,
         order_preserving: bool = False,
     ) -> tuple[jax.Array, ...]:
-        """``sample_size`` rows drawn uniformly (``unique``: without replacement, which needs
-        ``size >= sample_size``; ``order_preserving``: oldest first). Both flags are static."""
+        """``sample_size`` rows drawn uniformly with replacement (``sample_size`` may exceed
+        the size and the capacity). ``unique``: without replacement, which needs
+        ``size >= sample_size`` (checked outside jit; under jit only ``capacity >=
+        sample_size`` can be checked); ``order_preserving``: oldest first. Both flags are
+        static."""
         self._check_sample(state)
         cap, n = self.capacity, self.sample_size
         if unique:
-            if not _is_traced(state.size) and int(state.size) < n:
-                raise ValueError(
-                    f"cannot draw {n} distinct rows from a buffer holding {int(state.size)}"
-                )
+            if _is_traced(state.size):
+                distinct_rows_fit(n, cap, "capacity")
+            else:
+                distinct_rows_fit(n, int(state.size))
             u = jax.random.uniform(key, (cap,))
             u = jnp.where(jnp.arange(cap) < state.size, u, 2.0)
             logical = jax.lax.top_k(-u, n)[1].astype(jnp.int32)
@@ -305,8 +308,9 @@ class PriorityBuffer(_Base):
     def sample(
         self, state: PriorityState, key: jax.Array, beta: Any = 0.4
     ) -> tuple[jax.Array, ...]:
-        """``(indices, weights, *columns)``: stratified draws in proportion to
-        ``priority ** alpha``; int32 row ids and float32 weights ``(p_i / p_min) ** -beta``."""
+        """``(indices, weights, *columns)``: stratified draws, with replacement, in
+        proportion to ``priority ** alpha`` (``sample_size`` may exceed the size and the
+        capacity); int32 row ids and float32 weights ``(p_i / p_min) ** -beta``."""
         self._check_sample(state)
         n, cap, tree = self.sample_size, self.capacity, state.tree
         dtype = tree.leaves.dtype
@@ -429,7 +433,6 @@ def make_uniform_buffer(
     :class:`~ostinato.device.UniformReplayBuffer`)."""
     cap = positive_int("capacity", capacity)
     n = positive_int("sample_size", sample_size)
-    sample_size_fits(n, cap)
     return UniformBuffer(cap, n, _jax_specs(shapes, types, names))
 
 
@@ -447,7 +450,6 @@ def make_priority_buffer(
     jax's x64 mode is on, else float32."""
     cap = positive_int("capacity", capacity)
     n = positive_int("sample_size", sample_size)
-    sample_size_fits(n, cap)
     if tree_dtype is None:
         tree_dtype = "float64" if jax.config.jax_enable_x64 else "float32"
     tree_dtype = dtype_name(tree_dtype)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ostinato.device._checks import distinct_rows_fit
 from ostinato.device.priority import PriorityReplayBuffer
 from ostinato.device.torch.prioritized import PrioritizedSampler
 from ostinato.device.torch.sampler import UniformSampler
@@ -47,6 +48,8 @@ class TorchUniformReplayBuffer(UniformReplayBuffer):
     def sample(  # noqa: D102
         self, *, unique: bool = False, order_preserving: bool = False
     ) -> tuple[torch.Tensor, ...]:
+        if unique and self.storage.ring.size:
+            distinct_rows_fit(self.sample_size, self.storage.ring.size)
         slots = self.sampler.slots(
             self.storage.ring, self.sample_size, unique=unique, ordered=order_preserving
         )

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ostinato.device._checks import distinct_rows_fit
 from ostinato.device.ring import RingCursor
 from ostinato.device.torch.device import make_generator, resolve_device
 
@@ -29,7 +30,8 @@ class UniformSampler:
     def logical(
         self, ring: RingCursor, count: int, *, unique: bool = False, ordered: bool = False
     ) -> torch.Tensor:
-        """Draws ``count`` logical indices in ``[0, ring.size)``.
+        """Draws ``count`` logical indices in ``[0, ring.size)``; with replacement unless
+        ``unique``, so ``count`` may exceed the size and the capacity.
 
         Args:
             ring: The cursor of the storage being sampled.
@@ -51,10 +53,7 @@ class UniformSampler:
         if not unique:
             draw = torch.randint(0, size, (count,), generator=gen, device=dev)
         else:
-            if count > size:
-                raise ValueError(
-                    f"cannot draw {count} distinct rows from a buffer holding {size}"
-                )
+            distinct_rows_fit(count, size, name="count")
             draw = self._distinct(size, count)
         if ordered:
             draw = torch.sort(draw).values
