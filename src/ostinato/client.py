@@ -10,9 +10,9 @@ import optree
 
 from ostinato import errors
 from ostinato.core import items as items_lib
+from ostinato.core.assemble import item_columns, stack_batch
 from ostinato.core.chunk_store import Chunk
 from ostinato.core.deadline import Deadline
-from ostinato.decode import item_columns, stack_batch
 from ostinato.transport.base import TableMeta, Transport
 from ostinato.types import ReplaySample, SampleInfo, TableInfo, is_spec_like
 from ostinato.writers.chunker import new_key, to_array

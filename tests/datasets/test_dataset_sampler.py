@@ -21,11 +21,10 @@ from _dataset_helpers import (
 import ostinato as reverb
 import ostinato.datasets as datasets
 from ostinato import errors
+from ostinato.core.assemble import gather, stack_batch
 from ostinato.core.deadline import Deadline
-from ostinato.datasets.gather import gather
 from ostinato.datasets.options import SamplerOptions
 from ostinato.datasets.sampler import Sampler
-from ostinato.decode import stack_batch
 
 
 # -- options ---------------------------------------------------------------------------------

@@ -37,11 +37,10 @@ import optree
 
 from ostinato import errors
 from ostinato.client import Client
+from ostinato.core.assemble import ALIGNMENT, empty_aligned, gather, item_columns, stack_batch
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
-from ostinato.datasets.gather import ALIGNMENT, empty_aligned, gather
 from ostinato.datasets.options import SamplerOptions
-from ostinato.decode import item_columns, stack_batch
 from ostinato.transport.inprocess import InProcessTransport
 from ostinato.types import ReplaySample, SampleInfo, is_spec_like
 

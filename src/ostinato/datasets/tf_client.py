@@ -16,9 +16,8 @@ import tensorflow as tf
 
 from ostinato import errors
 from ostinato.client import Client
+from ostinato.core.assemble import gather, item_columns
 from ostinato.core.deadline import Deadline
-from ostinato.datasets.gather import gather
-from ostinato.decode import item_columns
 from ostinato.types import ReplaySample, SampleInfo, dtype_name
 
 _INFO_DTYPES = [tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32]

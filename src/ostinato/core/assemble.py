@@ -1,0 +1,213 @@
+"""Batch assembly: the one place where sampled items become numpy arrays.
+
+Every reader -- ``Client.sample``, ``Client.sample_batch``, the dataset ``Sampler`` (and so the
+numpy, tf.data, PyTorch and JAX adapters) and ``TFClient`` -- turns sampled items into arrays
+here, whoever wrote them. A chunk's rows come from :func:`chunk_array`, the one row access:
+
+* chunks written in this process hold a numpy array (time first);
+* chunks whose rows arrived over the network (a server sampled in its own process) hold a
+  *row source*: any object with ``as_array()`` returning the rows received so far as one
+  read-only array (``ostinato.wire.service.SegmentedRows`` decodes its segments once and caches
+  the result). ``chunk.data`` is never replaced: a writer stream may still extend it.
+
+:func:`gather` stacks alike items (same columns, lengths, dtypes, row shapes and squeeze flags)
+into one preallocated, aligned array per column with one copy of each row, whether an item's
+column is one slice of a chunk or spans several; :func:`stack_batch` falls back to stacking
+items one by one for anything else and raises ``ValueError`` when they cannot be stacked.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Protocol
+
+import numpy as np
+
+from ostinato.core.chunk_store import Chunk
+from ostinato.core.items import Packed, SampleBatch, columns
+
+#: Batches start on a 64-byte boundary: frameworks can then use them without a copy (JAX on
+#: CPU aliases aligned host buffers instead of copying them) and vector loads are aligned.
+ALIGNMENT = 64
+
+_first = operator.itemgetter(0)
+
+
+class RowSource(Protocol):
+    """Rows of a chunk that are not (yet) one numpy array."""
+
+    def as_array(self) -> np.ndarray:
+        """All rows so far, time first (read-only; may be cached by the source)."""
+        ...
+
+
+def empty_aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose data starts on an :data:`ALIGNMENT`-byte boundary."""
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        return np.empty(shape, dtype=dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -buf.ctypes.data % ALIGNMENT
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def chunk_array(chunk: Chunk) -> np.ndarray:
+    """The chunk's rows as an array, whatever form the chunk holds them in."""
+    data = chunk.data
+    if isinstance(data, np.ndarray):
+        return data
+    return data.as_array()
+
+
+def chunk_spec(chunk: Chunk) -> tuple[Any, ...]:
+    """``(dtype, row_shape)`` of the chunk's rows."""
+    spec = chunk.spec
+    if spec is None:
+        arr = chunk_array(chunk)
+        spec = (arr.dtype, arr.shape[1:])
+    return spec
+
+
+def item_columns(packed: Packed, squeeze: tuple[bool, ...], copy: bool = True) -> list[np.ndarray]:
+    """The columns of one item as arrays (new arrays unless ``copy=False``)."""
+    out = []
+    for ci, col in enumerate(columns(packed)):
+        if len(col) == 1:
+            c, o, n = col[0]
+            a = chunk_array(c)[o:o + n]
+            a = np.array(a) if copy else a
+        else:
+            a = np.concatenate([chunk_array(c)[o:o + n] for c, o, n in col])
+        if squeeze[ci]:
+            if len(a) != 1:
+                raise ValueError(f"Tried to squeeze column with batch size {len(a)}")
+            a = a[0]
+        out.append(a)
+    return out
+
+
+def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | None:
+    """Stacks alike items of ``batch``: one aligned array per column, batch dimension first.
+
+    Args:
+      batch: a sampled batch.
+      unsqueeze: keep the time dimension of squeezed columns (for splitting into timesteps).
+
+    Returns:
+      The columns, or None when the items are not alike (different numbers of columns,
+      lengths, dtypes, row shapes or squeeze flags) or the batch is empty; callers then use
+      :func:`stack_batch` or :func:`item_columns`.
+    """
+    if batch.columns is not None:  # already stacked by the transport
+        if not unsqueeze:
+            return batch.columns
+        return [c[:, None] if s else c for c, s in zip(batch.columns, batch.squeeze[0])]
+    trajs = batch.trajectories
+    n = len(trajs)
+    if n == 0:
+        return None
+    sq = batch.squeeze[0]
+    if batch.squeeze.count(sq) != n:
+        return None
+    template = columns(trajs[0])
+    ncols = len(template)
+    flat_len = 3 * ncols
+    outs = []
+    for c, (col, s) in enumerate(zip(template, sq)):
+        dtype, row = chunk_spec(col[0][0])
+        length = sum(x[2] for x in col)
+        if s and length != 1:
+            return None
+        if s and not unsqueeze and not row and dtype.kind != "O":
+            scalars = _squeezed_scalars(trajs, c, flat_len, dtype)
+            if scalars is not _NOT_ALIKE:
+                outs.append(scalars)
+                continue
+        rows = _column_rows(trajs, c, flat_len, ncols, length)
+        if rows is None:
+            return None
+        out = empty_aligned((n, *row) if s and not unsqueeze else (n, length, *row), dtype)
+        try:
+            # One C-level copy of every row; casting="no" rejects rows of another dtype.
+            np.concatenate(rows, out=out.reshape(n * length, *row), casting="no")
+        except (ValueError, TypeError):  # rows of another shape or dtype
+            return None
+        outs.append(out)
+    return outs
+
+
+_NOT_ALIKE: Any = object()
+
+
+def _squeezed_scalars(trajs: list[Packed], c: int, flat_len: int, dtype: np.dtype) -> Any:
+    """Column ``c`` of items whose columns are single one-row slices of scalars, read with one
+    ``fromiter`` (no per-item view); ``_NOT_ALIKE`` if the items are not all like that."""
+    j = 3 * c
+    if any(type(p[0]) is not Chunk or len(p) != flat_len for p in trajs):
+        return _NOT_ALIKE
+    chunks = list(map(operator.itemgetter(j), trajs))
+    spec = chunks[0].spec
+    if spec is None or any(ch.spec is not spec for ch in chunks):
+        # Chunks of several writers (or of unknown spec): check every distinct one by value.
+        want = chunk_spec(chunks[0])
+        if any(chunk_spec(ch) != want for ch in {id(ch): ch for ch in chunks}.values()):
+            return _NOT_ALIKE
+    datas = [chunk_array(ch) for ch in chunks]
+    out = empty_aligned((len(trajs),), dtype)
+    out[:] = np.fromiter(map(operator.getitem, datas, map(operator.itemgetter(j + 1), trajs)),
+                         dtype, len(trajs))
+    return out
+
+
+def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
+                 length: int) -> list[np.ndarray] | None:
+    """Views of the rows of column ``c`` of every item, in order; None if an item's column
+    does not have ``length`` rows (or the items have different numbers of columns)."""
+    j = 3 * c
+    rows: list[np.ndarray] = []
+    add = rows.append
+    for packed in trajs:
+        if type(packed[0]) is Chunk:  # each column is one slice
+            if len(packed) != flat_len or packed[j + 2] != length:
+                return None
+            data = packed[j].data
+            if type(data) is not np.ndarray:
+                data = chunk_array(packed[j])
+            off = packed[j + 1]
+            add(data[off:off + length])
+            continue
+        if len(packed) != ncols:  # a column spans chunks: several slices
+            return None
+        total = 0
+        for chunk, off, ln in packed[c]:
+            add(chunk_array(chunk)[off:off + ln])
+            total += ln
+        if total != length:
+            return None
+    return rows
+
+
+def stack_batch(batch: SampleBatch) -> list[np.ndarray]:
+    """Stacks the columns of all sampled items: one array per column with a leading batch dim.
+
+    Raises:
+      ValueError: items have different numbers of columns or different column shapes
+        (sample them one at a time with ``Client.sample`` instead).
+    """
+    cols = gather(batch)
+    if cols is not None:
+        return cols
+    if not batch.trajectories:
+        return []
+    per_item = [item_columns(t, s, copy=False) for t, s in zip(batch.trajectories, batch.squeeze)]
+    ncols = {len(c) for c in per_item}
+    if len(ncols) != 1:
+        raise ValueError(f"cannot stack items with different numbers of columns: {sorted(ncols)}")
+    out = []
+    for ci in range(len(per_item[0])):
+        try:
+            out.append(np.stack([c[ci] for c in per_item]))
+        except ValueError as e:
+            raise ValueError(f"cannot stack column {ci} of the sampled items: {e}") from None
+    return out
