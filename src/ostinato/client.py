@@ -172,12 +172,12 @@ class Client:
             raise ValueError("data must contain at least one value")
         episode = new_key()
         packed: list[Any] = []
-        for leaf in leaves:
+        for i, leaf in enumerate(leaves):
             if leaf is None:
                 raise ValueError("data must not contain None values")
-            arr = to_array(leaf)
+            arr = to_array(leaf, i)
             buf = np.empty((1, *arr.shape), dtype=arr.dtype)
-            buf[0] = arr
+            buf[0, ...] = arr
             buf.flags.writeable = False
             packed.extend((Chunk(new_key(), buf, episode, spec=(arr.dtype, arr.shape)), 0, 1))
         trajectory = tuple(packed)

@@ -114,7 +114,10 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
         dtype = dtype.as_numpy_dtype
     if dtype is str or dtype is bytes:
         return np.dtype(object)
-    return np.dtype(dtype)
+    dtype = np.dtype(dtype)
+    if dtype.kind in "SU":  # every string is TensorFlow's string: an object array of bytes
+        return np.dtype(object)
+    return dtype
 
 
 class SampleInfo(NamedTuple):

@@ -6,8 +6,8 @@ the numpy iterator, tf.data, PyTorch and JAX -- each both in the server's own pr
 usual Reverb layout: learner beside the server, actors remote) and over gRPC.
 
 Items are windows of 3 steps over a stream of 16 KiB rows (so windows span chunks and rows are
-large enough for the ring) plus a squeezed scalar column: step ``t`` has
-``obs = t`` everywhere and ``step = t``.
+large enough for the ring) plus a squeezed scalar column and a bytes column: step ``t`` has
+``obs = t`` everywhere, ``step = t`` and ``tag = b"step-<t>"``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ N_STEPS = 24
 SIGNATURE = {
     "obs": reverb.TensorSpec([3, OBS], np.float32),
     "step": reverb.TensorSpec([], np.int64),
+    "tag": reverb.TensorSpec([], object),
 }
 WRITERS = ["embedded", "grpc", "shm"]
 READERS = ["sample", "sample_batch", "numpy", "tf", "torch", "jax"]
@@ -48,10 +49,12 @@ def _writer_client(server: reverb.Server, how: str) -> reverb.Client:
 def _write(client: reverb.Client) -> None:
     with client.trajectory_writer(num_keep_alive_refs=3) as w:
         for t in range(N_STEPS):
-            w.append({"obs": np.full(OBS, t, np.float32), "step": np.int64(t)})
+            w.append({"obs": np.full(OBS, t, np.float32), "step": np.int64(t),
+                      "tag": np.array(f"step-{t}".encode(), dtype=object)})
             if t >= 2:
                 w.create_item("t", 1.0, {"obs": w.history["obs"][-3:],
-                                         "step": w.history["step"][-1]})
+                                         "step": w.history["step"][-1],
+                                         "tag": w.history["tag"][-1]})
         w.flush(timeout_ms=20_000)
 
 
@@ -70,7 +73,8 @@ def _check_batch(obs, step, tag) -> None:
         assert 2 <= s < N_STEPS
         np.testing.assert_array_equal(o, np.arange(s - 2, s + 1, dtype=np.float32)[:, None]
                                       * np.ones(OBS, np.float32))
-        assert (g.decode() if isinstance(g, bytes) else str(g)) == f"step-{s}"
+        g = g.item() if isinstance(g, np.ndarray) else g
+        assert isinstance(g, bytes) and g == f"step-{s}".encode()
 
 
 def _read(client: reverb.Client, how: str) -> None:
@@ -78,27 +82,28 @@ def _read(client: reverb.Client, how: str) -> None:
         got = list(client.sample("t", num_samples=8, emit_timesteps=False,
                                  unpack_as_table_signature=True))
         _check_batch(np.stack([s.data["obs"] for s in got]), [s.data["step"] for s in got],
-                     [b"step-%d" % int(s.data["step"]) for s in got])
+                     [s.data["tag"] for s in got])
     elif how == "sample_batch":
         b = client.sample_batch("t", 8, timeout=20)
-        _check_batch(b.data["obs"], b.data["step"], [b"step-%d" % int(x) for x in _as_numpy(b.data["step"])])
+        _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
     elif how == "numpy":
         with contextlib.closing(datasets.numpy(client, "t", batch_size=8)) as it:
             b = next(iter(it))
-        _check_batch(b.data["obs"], b.data["step"], [b"step-%d" % int(x) for x in _as_numpy(b.data["step"])])
+        _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
     elif how == "tf":
         pytest.importorskip("tensorflow")
         ds = datasets.TrajectoryDataset.from_table_signature(
             client, "t", max_in_flight_samples_per_worker=8).batch(8)
         b = next(iter(ds.take(1)))
-        _check_batch(b.data["obs"], b.data["step"], [b"step-%d" % int(x) for x in _as_numpy(b.data["step"])])
+        assert b.data["tag"].dtype.name == "string"
+        _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
     elif how == "torch":
         pytest.importorskip("torch")
         ds = datasets.TorchDataset(client, "t", batch_size=8, max_samples=8)
         batches = list(ds)
         assert batches
         b = batches[0]
-        _check_batch(b.data["obs"], b.data["step"], [b"step-%d" % int(x) for x in _as_numpy(b.data["step"])])
+        _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
     elif how == "jax":
         pytest.importorskip("jax")
         it = datasets.JaxIterator(client, "t", batch_size=8, max_samples=8)
@@ -106,7 +111,7 @@ def _read(client: reverb.Client, how: str) -> None:
             b = next(iter(it))
         finally:
             it.close()
-        _check_batch(b.data["obs"], b.data["step"], [b"step-%d" % int(x) for x in _as_numpy(b.data["step"])])
+        _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
     else:  # pragma: no cover
         raise AssertionError(how)
 

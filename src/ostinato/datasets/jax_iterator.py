@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import jax
+import optree
 
 from ostinato.client import Client
 from ostinato.datasets.iterator import NumpyIterator
@@ -94,6 +95,18 @@ class JaxIterator:
 
     def _put(self, batch: ReplaySample) -> ReplaySample:
         # One device_put for all leaves (it is the per-batch fixed cost on this path).
+        leaves, treedef = optree.tree_flatten(batch.data, none_is_leaf=False)
+        if any(leaf.dtype.kind == "O" for leaf in leaves):
+            # String columns (object arrays of bytes) have no JAX dtype: they stay on the host.
+            numeric = [i for i, leaf in enumerate(leaves) if leaf.dtype.kind != "O"]
+            moved = jax.device_put([leaves[i] for i in numeric], self._target)
+            for i, m in zip(numeric, moved):
+                leaves[i] = m
+            batch = ReplaySample(batch.info, optree.tree_unflatten(treedef, leaves))
+            if not self.info_on_device:
+                return batch
+            return ReplaySample(SampleInfo(*jax.device_put(batch.info, self._target)),
+                                batch.data)
         if self.info_on_device:
             both = jax.device_put((batch.info, batch.data), self._target)
             return ReplaySample(SampleInfo(*both[0]), both[1])

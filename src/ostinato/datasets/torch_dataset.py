@@ -110,7 +110,9 @@ class TorchDataset(IterableDataset):
             emit_timesteps=emit_timesteps, drop_remainder=drop_remainder, flat=flat)
         self.max_samples = max_samples
 
-    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+    def _tensor(self, a: np.ndarray) -> torch.Tensor | np.ndarray:
+        if a.dtype.kind == "O":  # strings: torch has no string tensor, they stay numpy bytes
+            return a
         t = torch.from_numpy(a)
         if self.pin_memory:
             t = t.pin_memory()

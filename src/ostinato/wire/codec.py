@@ -32,7 +32,7 @@ COMPRESS_MIN_BYTES = 2048
 #: Bytes test-compressed before compressing a large segment.
 PROBE_BYTES = 4096
 MAX_DIMS = 32
-_ALLOWED_KINDS = set("biufcO")
+_ALLOWED_KINDS = set("biufcOSU")
 
 
 class DecodeError(ValueError):
@@ -143,7 +143,8 @@ def dtype_from_wire(s: Any) -> np.dtype:
         d = np.dtype(s)
     except TypeError:
         raise DecodeError(f"bad dtype {s!r}") from None
-    if d.kind not in _ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None:
+    if d.kind not in _ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None \
+            or d.kind in "SU" and d.itemsize == 0:
         raise DecodeError(f"unsupported dtype {s!r}")
     return d
 
@@ -163,7 +164,10 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryvi
     memoryview of ``rows`` (no copy): it must be packed before ``rows`` changes."""
     payload: bytes | memoryview
     if rows.dtype.kind == "O":
-        items = [x if isinstance(x, (bytes, str)) else bytes(x) for x in rows.reshape(-1).tolist()]
+        items = rows.reshape(-1).tolist()
+        for x in items:
+            if not isinstance(x, (bytes, str)):  # writers only store bytes (chunker.to_array)
+                raise ValueError(f"object rows may hold only bytes or str, got {type(x).__name__}")
         payload = pack(items)
     else:
         arr = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False)

@@ -34,18 +34,57 @@ def new_key() -> int:
     return _key_rng.getrandbits(64) % (2**64 - 1)
 
 
-def to_array(value: Any) -> np.ndarray:
-    """Converts a step value as Reverb does: Python int -> int64, float -> float64, str -> object."""
-    if type(value) is np.ndarray and value.dtype.kind != "O":
-        return value
-    arr = np.asarray(value)
-    if arr.dtype.kind in ("U", "S", "O"):
-        # Strings are stored as bytes (UTF-8), as Reverb returns them.
-        flat = [x.encode() if isinstance(x, str) else x for x in arr.reshape(-1).tolist()]
+#: numpy kinds a column may hold: bool, integers, floats, complex, and strings (stored as
+#: object arrays of bytes, TensorFlow's ``tf.string``).
+SUPPORTED_KINDS = frozenset("biufcOSU")
+
+
+def to_array(value: Any, column: Any = None) -> np.ndarray:
+    """Converts a step value as Reverb does: Python int -> int64, float -> float64, strings ->
+    object arrays of bytes.
+
+    Every string form -- ``str``/``bytes``, fixed-width ``S``/``U`` arrays, object arrays of
+    ``bytes``/``str`` -- becomes an object array of ``bytes`` (``str`` encoded as UTF-8), the
+    one string type that travels over the wire, into checkpoints and into ``tf.string``; so
+    values of different lengths fit one column, as they do in Reverb.
+
+    Raises:
+      ValueError: the value has a dtype no column can hold (datetimes, structured records,
+        Python objects other than strings), naming ``column`` and the dtype.
+    """
+    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
+        arr = value
+    else:
+        arr = np.asarray(value)
+        if arr.dtype.kind == "S" and not isinstance(value, np.ndarray):
+            # Python bytes: keep them whole (a fixed-width S array drops trailing NULs).
+            arr = np.asarray(value, dtype=object)
+    kind = arr.dtype.kind
+    if kind in "OSU":
+        flat = arr.reshape(-1).tolist()
+        if kind == "U" or kind == "O":
+            for x in flat:
+                if not isinstance(x, (bytes, str)):
+                    raise ValueError(
+                        f"column {_column_name(column)}: an object array may hold only bytes "
+                        f"or str (TensorFlow's string), got {type(x).__name__} {x!r:.60}")
+            flat = [x.encode() if isinstance(x, str) else x for x in flat]
         out = np.empty(len(flat), dtype=object)
         out[:] = flat
-        arr = out.reshape(arr.shape)
+        return out.reshape(arr.shape)
+    if kind not in SUPPORTED_KINDS or arr.dtype.fields is not None:
+        raise ValueError(
+            f"column {_column_name(column)}: dtype {arr.dtype} is not supported (columns hold "
+            "bool, integer, floating-point, complex or string values)")
     return arr
+
+
+def _column_name(column: Any) -> str:
+    if column is None:
+        return "?"
+    if isinstance(column, tuple):
+        return "/".join(map(str, column)) or "?"
+    return str(column)
 
 
 _FAST_TYPES = frozenset({np.ndarray, np.float32, np.float64, np.float16, np.int8, np.int16, np.int32,
@@ -104,6 +143,7 @@ class ColumnChunker:
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
         self.dtype: np.dtype | None = None
+        self._object_scalar = False
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
         self._rows = 0
@@ -148,6 +188,7 @@ class ColumnChunker:
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
         self.shape = arr.shape
+        self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
         if self.max_chunk_length is not None:
             self._rows = self.max_chunk_length
@@ -157,12 +198,16 @@ class ColumnChunker:
 
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
-        arr = value if type(value) in _FAST_TYPES and value.dtype.kind != "O" else to_array(value)
+        arr = value if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU" \
+            else to_array(value, self.path)
         if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
                 or self._episode != episode_id:
             self._slow_path(arr, episode_id)
         n = self._n
-        self._buf[n] = arr  # type: ignore[index]
+        if self._object_scalar:
+            self._buf[n, ...] = arr  # type: ignore[index]  # stores the bytes, not the 0-d array
+        else:
+            self._buf[n] = arr  # type: ignore[index]
         self._n = n + 1
         ref = _new_ref(CellRef)
         ref.chunk = self._chunk
@@ -179,6 +224,8 @@ class ColumnChunker:
     def _slow_path(self, arr: np.ndarray, episode_id: int) -> None:
         """First value, a dtype/shape error, a full chunk or a new episode."""
         if self.dtype is None:
+            if arr.dtype.kind not in SUPPORTED_KINDS or arr.dtype.fields is not None:
+                to_array(arr, self.path)  # raises, naming the column and dtype
             self._first_value(arr)
         elif arr.dtype != self.dtype or arr.shape != self.shape:
             raise self._spec_error(np.asarray(arr))
