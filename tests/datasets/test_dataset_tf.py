@@ -94,6 +94,23 @@ def test_explicit_specs_with_lists_become_tuples(serve):
     assert got[0].data[1].shape == (3, 4)
 
 
+def test_empty_nests_are_empty_nests_in_dtypes_and_shapes(serve):
+    # TF-Agents' DQN: policy_info=() in the data spec gives () in both the dtypes and the
+    # shapes; it is an empty nest in both, not a scalar shape.
+    client = serve(TABLES_CODE)
+    write_trajectories(client, "nosig", 5)
+    dtypes = {"act": tf.int32, "info": (), "obs": tf.float32, "more": {"x": ()}}
+    shapes = {"act": tf.TensorShape([3]), "info": (), "obs": tf.TensorShape([3, 4]),
+              "more": {"x": ()}}
+    ds = TrajectoryDataset(client, "nosig", dtypes, shapes, 4, max_samples=3)
+    assert ds.element_spec.data["info"] == () and ds.element_spec.data["more"] == {"x": ()}
+    got = list(ds.batch(3))
+    assert got[0].data["info"] == () and got[0].data["obs"].shape == (3, 3, 4)
+    # () where a dtype stands is a scalar shape
+    ds = TrajectoryDataset(client, "queue", {"x": tf.int64}, {"x": ()}, 1, max_samples=1)
+    assert ds.element_spec.data["x"].shape == ()
+
+
 def test_variable_length_trajectories(serve):
     client = serve(TABLES_CODE)
     from _dataset_helpers import write_varlen

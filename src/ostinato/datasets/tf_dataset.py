@@ -86,9 +86,14 @@ class _ReverbDataset(tf.data.Dataset):
         shape_tree = _lists_to_tuples(shapes)
         flat_dtypes, dtype_def = optree.tree_flatten(dtype_tree, is_leaf=_is_leaf,
                                                      none_is_leaf=True)
-        flat_shapes, shape_def = optree.tree_flatten(shape_tree, is_leaf=_shape_leaf,
-                                                     none_is_leaf=True)
-        if dtype_def != shape_def:
+        # The dtypes give the structure (their leaves are unambiguous); each shape is what
+        # stands at a dtype's place. So an empty nest such as ``policy_info=()`` is an empty
+        # nest in both trees, while ``()`` at a dtype's place is a scalar shape.
+        try:
+            flat_shapes = dtype_def.flatten_up_to(shape_tree)
+        except ValueError:
+            flat_shapes = None
+        if flat_shapes is None or not all(map(_shape_leaf, flat_shapes)):
             raise ValueError(
                 f"dtypes and shapes must have the same structure; got dtypes {dtypes!r} and "
                 f"shapes {shapes!r}")
