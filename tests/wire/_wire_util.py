@@ -75,15 +75,21 @@ def writing(client: Any, num_keep_alive_refs: int, **kw: Any) -> Any:
             pass
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Polls ``pred`` until it returns a truthy value; fails the test after ``timeout`` s."""
+def wait_until(pred: Callable[[], Any], timeout: float, what: str | Callable[[], str],
+               interval: float = 0.02) -> Any:
+    """Polls ``pred`` until it returns a truthy value; fails the test after ``timeout`` s.
+
+    ``what`` names the condition in the failure message; a callable is called only then, so
+    the message can show the state at the deadline rather than when the wait began.
+    """
     end = time.monotonic() + timeout
     while True:
         v = pred()
         if v:
             return v
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            desc = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {desc}")
         time.sleep(interval)
 
 

@@ -338,8 +338,30 @@ print("DONE", flush=True)
 """
 
 
+SETTLE_S = 60.0
+"""How long resources may take to return to baseline after a burst (a bound, not a wait)."""
+
+
+def _thread_names(pid):
+    """``{name: count}`` of a process's OS threads (Linux; empty elsewhere), for messages."""
+    names: dict[str, int] = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            names[name] = names.get(name, 0) + 1
+    except OSError:
+        pass
+    return names
+
+
 def test_thousands_of_short_lived_connections():
-    srv = ServerProcess(QUEUE_CODE.format(size=100_000))
+    # A small RPC pool: its workers never exit (a ThreadPoolExecutor does not shrink) and under
+    # load it grows towards its cap (the default 64: a run on a loaded 2-core machine ended with
+    # 74 = 10 + 64 server threads), so the cap bounds what "near baseline" may mean. A handler
+    # that a closed connection pinned would also show here: with 8 workers the churn would stall.
+    pool = 8
+    srv = ServerProcess(QUEUE_CODE.format(size=100_000) + f"SERVER_KWARGS = {{'max_workers': {pool}}}\n")
     children = []
     try:
         proc = psutil.Process(srv.proc.pid)
@@ -361,15 +383,21 @@ def test_thousands_of_short_lived_connections():
             assert ch.finish(60) == 0, ch.stderr_tail()
         total = grpc_client(srv.address).server_info(timeout=5)["q"].current_size
         assert total == n_main // 10 + 2 * 100
-        # Server threads: the RPC pool may keep a few idle workers, but no per-connection ones.
-        wait_until(lambda: proc.num_threads() <= base[0] + 4, 5,
-                   f"server threads ({proc.num_threads()}) near baseline ({base[0]})")
-        wait_until(lambda: proc.num_fds() <= base[1] + 2, 5,
-                   f"server fds ({proc.num_fds()}) back to baseline ({base[1]})")
+        # The property: nothing is kept per connection (2,000 of them here), so the server's
+        # threads and fds return to near their baseline, whatever the load. Threads: at most
+        # the RPC pool's idle workers (up to its cap) and 2 more; gRPC's own event-engine pool
+        # also grows while the machine is loaded but reclaims a thread only after it has idled
+        # for 20 s, so the wait is long (it ends as soon as the condition holds).
+        wait_until(lambda: proc.num_threads() <= base[0] + pool + 2, SETTLE_S,
+                   lambda: f"server threads ({proc.num_threads()}: {_thread_names(proc.pid)}) "
+                           f"near baseline ({base[0]} + {pool} pool workers + 2)")
+        wait_until(lambda: proc.num_fds() <= base[1] + 2, SETTLE_S,
+                   lambda: f"server fds ({proc.num_fds()}) back to baseline ({base[1]})")
         # The client side (this process) leaks nothing either.
-        wait_until(lambda: threading.active_count() <= my_base[0], 5, "client threads")
-        wait_until(lambda: me.num_fds() <= my_base[1] + 2, 5,
-                   f"client fds ({me.num_fds()}) back to baseline ({my_base[1]})")
+        wait_until(lambda: threading.active_count() <= my_base[0], SETTLE_S,
+                   lambda: f"client threads ({_other_threads()}) back to {my_base[0]}")
+        wait_until(lambda: me.num_fds() <= my_base[1] + 2, SETTLE_S,
+                   lambda: f"client fds ({me.num_fds()}) back to baseline ({my_base[1]})")
     finally:
         for ch in children:
             ch.kill()
