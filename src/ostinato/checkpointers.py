@@ -86,13 +86,17 @@ class DefaultCheckpointer(CheckpointerBase):
         serving, in (0, 1]. The default 0.5 keeps inserts and samples in the same process at about
         half speed or better during a save and makes the save about twice as long as
         unpaced; 1.0 saves as fast as possible.
-      progress: optional ``progress(phase, done_bytes, total_bytes)`` callback.
+      progress: optional ``progress(phase, done_bytes, total_bytes)`` callback (phase
+        ``"save"`` or ``"load"``).
+      progress_after_seconds: a restore calls ``progress`` only once it has run this long, so
+        that quick restores draw no progress bar (0: from the start).
     """
 
     def __init__(self, path: str, group: str = "", fallback_checkpoint_path: str | None = None,
                  *, keep: int = 1, every_seconds: float | None = None,
                  compression: str | None = None, save_cpu_share: float = 0.5,
-                 progress: Callable[[str, int, int], None] | None = None):
+                 progress: Callable[[str, int, int], None] | None = None,
+                 progress_after_seconds: float = store.PROGRESS_AFTER_S):
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ValueError(f"path ({path!r}) must be a non-empty directory path")
         if group:
@@ -106,6 +110,11 @@ class DefaultCheckpointer(CheckpointerBase):
         if isinstance(save_cpu_share, bool) or not isinstance(save_cpu_share, (int, float)) \
                 or not 0.0 < save_cpu_share <= 1.0:
             raise ValueError(f"save_cpu_share ({save_cpu_share!r}) must be a number in (0, 1]")
+        if isinstance(progress_after_seconds, bool) \
+                or not isinstance(progress_after_seconds, (int, float)) \
+                or not progress_after_seconds >= 0:
+            raise ValueError(f"progress_after_seconds ({progress_after_seconds!r}) must be a "
+                             "number >= 0")
         self.path = os.fspath(path)
         self.group = group
         self.fallback_checkpoint_path = fallback_checkpoint_path
@@ -114,6 +123,7 @@ class DefaultCheckpointer(CheckpointerBase):
         self.compression = compression
         self.save_cpu_share = float(save_cpu_share)
         self.progress = progress
+        self.progress_after_seconds = float(progress_after_seconds)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,7 +146,7 @@ class DefaultCheckpointer(CheckpointerBase):
         if path is None:
             _log.info("no checkpoint under %s; starting with empty tables", self.path)
             return None
-        store.load(path, by_name, self.progress)
+        store.load(path, by_name, self.progress, progress_after=self.progress_after_seconds)
         missing = sorted(set(by_name) - {m for m in _table_names(path)})
         if missing:
             _log.warning("tables %s are not in checkpoint %s and start empty",

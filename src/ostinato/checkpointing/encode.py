@@ -174,45 +174,89 @@ def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool]:
     return rows, is_object
 
 
-def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str
+#: Items decoded per vectorised batch (bounds the temporary arrays; a tick between batches).
+DECODE_BATCH = 1 << 16
+
+
+def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str,
+                 tick: Callable[[int], None] | None = None
                  ) -> tuple[list[Any], list[tuple[bool, ...]]]:
-    """Packed trajectories and squeeze flags from a table's item arrays."""
-    ncols = arrs["ncols"].tolist()
-    nslices = arrs["nslices"].tolist()
-    sc = arrs["slice_chunk"].tolist()
-    so = arrs["slice_offset"].tolist()
-    sl = arrs["slice_length"].tolist()
-    sq = arrs["squeeze"].tolist()
-    if sum(ncols) != len(nslices) or sum(nslices) != len(sc) or len(sq) != len(nslices) \
-            or (sc and max(sc) >= len(chunks)):
+    """Packed trajectories and squeeze flags from a table's item arrays.
+
+    Vectorised: items whose columns are one slice each (nearly all) are packed, a batch of
+    items with the same number of columns at a time, by C-level zips over the slice arrays;
+    the others one by one. ``tick(items_done)`` is called after each batch of items.
+    """
+    ncols = arrs["ncols"].astype(np.int64)
+    nslices = arrs["nslices"].astype(np.int64)
+    sc = arrs["slice_chunk"].astype(np.int64)
+    so, sl, sq = arrs["slice_offset"], arrs["slice_length"], arrs["squeeze"]
+    n = len(ncols)
+    if int(ncols.sum()) != len(nslices) or int(nslices.sum()) != len(sc) \
+            or len(sq) != len(nslices) or len(so) != len(sc) or len(sl) != len(sc) \
+            or (len(sc) and int(sc.max()) >= len(chunks)) or (n and int(ncols.min()) < 1):
         raise CheckpointCorruptError(f"{where}: item arrays are inconsistent")
-    trajs: list[Any] = []
-    squeezes: list[tuple[bool, ...]] = []
-    sq_cache: dict[tuple[int, ...], tuple[bool, ...]] = {}
-    refs = [chunks[i] for i in sc]
-    ns = arrs["nslices"]
-    starts = np.concatenate([[0], np.cumsum(arrs["ncols"][:-1], dtype=np.int64)])
-    single = ((np.maximum.reduceat(ns, starts) == 1) if len(ns) else
-              np.ones(len(ncols), dtype=bool)).tolist()
-    ci = si = 0
-    for n, flat in zip(ncols, single):
-        flags = tuple(sq[ci:ci + n])
-        f = sq_cache.get(flags)
-        if f is None:
-            f = sq_cache[flags] = items_lib.intern_squeeze(flags)
-        squeezes.append(f)
-        if flat:  # one slice per column: the packed form is (chunk, offset, length) * n
-            t: list[Any] = [None] * (3 * n)
-            t[0::3] = refs[si:si + n]
-            t[1::3] = so[si:si + n]
-            t[2::3] = sl[si:si + n]
-            trajs.append(tuple(t))
-            si += n
-        else:
-            cols = []
-            for k in nslices[ci:ci + n]:
-                cols.append(tuple(zip(refs[si:si + k], so[si:si + k], sl[si:si + k])))
-                si += k
-            trajs.append(items_lib.pack(cols))
-        ci += n
-    return trajs, squeezes
+    col_start = np.cumsum(ncols) - ncols  # first column of each item
+    slice_start = np.cumsum(nslices) - nslices  # first slice of each column
+    nonflat = np.zeros(n, dtype=bool)  # items with a column of other than one slice
+    nonflat[np.repeat(np.arange(n), ncols)[nslices != 1]] = True
+    get_chunk = chunks.__getitem__
+    trajs: list[tuple[np.ndarray, list[Any]]] = []  # (item positions, their packed forms)
+    squeezes: list[tuple[np.ndarray, list[Any]]] = []
+    for a in range(0, n, DECODE_BATCH):
+        b = min(n, a + DECODE_BATCH)
+        # Column counts present (np.unique would import numpy.ma: 20+ ms in a fresh process).
+        for k in np.flatnonzero(np.bincount(ncols[a:b])).tolist():
+            idx = np.flatnonzero(ncols[a:b] == k) + a  # items with k columns
+            cols = col_start[idx][:, None] + np.arange(k)  # their columns, (m, k)
+            squeezes.append((idx, _squeeze_tuples(sq[cols] != 0)))
+            flat = ~nonflat[idx]
+            fi, fc = (idx, cols) if flat.all() else (idx[flat], cols[flat])
+            s = slice_start[fc]  # (items, columns): one slice per column
+            fields: list[Any] = []  # chunk, offset, length of column 0, of column 1, ...
+            for j in range(k):
+                fields += (map(get_chunk, sc[s[:, j]].tolist()), so[s[:, j]].tolist(),
+                           sl[s[:, j]].tolist())
+            trajs.append((fi, list(zip(*fields))))  # the tuples are built in C
+        nf = np.flatnonzero(nonflat[a:b]) + a
+        if len(nf):  # the packed form is a tuple of columns, each a tuple of slices
+            cs = _ranges(col_start[nf], ncols[nf])
+            s = _ranges(slice_start[cs], nslices[cs])
+            slices = list(zip(map(get_chunk, sc[s].tolist()), so[s].tolist(), sl[s].tolist()))
+            ends = np.cumsum(nslices[cs]).tolist()
+            columns = [tuple(slices[lo:hi]) for lo, hi in zip([0, *ends[:-1]], ends)]
+            ends = np.cumsum(ncols[nf]).tolist()
+            trajs.append((nf, [tuple(columns[lo:hi]) for lo, hi in zip([0, *ends[:-1]], ends)]))
+        if tick is not None:
+            tick(b)
+    return _gather(trajs, n), _gather(squeezes, n)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenated ranges ``starts[i] .. starts[i] + lengths[i] - 1``."""
+    before = np.cumsum(lengths) - lengths
+    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+
+
+def _gather(pieces: list[tuple[np.ndarray, list[Any]]], n: int) -> list[Any]:
+    """One list of n values from pieces of (positions, values) that cover 0..n-1 once."""
+    if len(pieces) == 1:  # the usual case: one piece, positions 0..n-1 in order
+        return pieces[0][1]
+    out = np.empty(n, dtype=object)
+    for idx, values in pieces:  # object arrays move the references; tuples stay whole
+        out[idx] = np.fromiter(values, dtype=object, count=len(values))
+    return out.tolist()
+
+
+def _squeeze_tuples(flags: np.ndarray) -> list[tuple[bool, ...]]:
+    """One interned flag tuple per row of the (items, columns) bool array."""
+    m = len(flags)
+    if not m:
+        return []
+    if (flags == flags[0]).all():  # the usual case: every item alike
+        return [items_lib.intern_squeeze(flags[0].tolist())] * m
+    rows, inverse = np.unique(np.packbits(flags, axis=1), axis=0, return_inverse=True)
+    k = flags.shape[1]
+    uniq = [items_lib.intern_squeeze(np.unpackbits(r, count=k).astype(bool).tolist())
+            for r in rows]
+    return list(map(uniq.__getitem__, inverse.reshape(-1).tolist()))

@@ -62,6 +62,13 @@ class ItemSelector:
         for s, p in zip(slots.tolist(), priorities.tolist()):
             self.update(s, p)
 
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Inserts new (distinct, absent) slots in the given order: the same state as calling
+        :meth:`insert` for each in turn, built vectorised where the selector can (a table being
+        restored from a checkpoint)."""
+        for s, p in zip(np.asarray(slots).tolist(), np.asarray(priorities).tolist()):
+            self.insert(s, p)
+
     def delete(self, slot: int) -> None:
         raise NotImplementedError
 
@@ -106,6 +113,18 @@ class Uniform(ItemSelector):
             pos.extend(_MINUS_ONES * ((slot + 1 - len(pos)) // len(_MINUS_ONES) + 1))
         pos[slot] = len(self._dense)
         self._dense.append(slot)
+
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if not len(slots):
+            return
+        pos = self._pos
+        top = int(slots.max())
+        if top >= len(pos):
+            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+        start = len(self._dense)
+        np.frombuffer(pos, dtype=np.int64)[slots] = np.arange(start, start + len(slots))
+        self._dense.frombytes(slots.tobytes())
 
     def update(self, slot: int, priority: float) -> None:
         pass
@@ -220,6 +239,12 @@ class Prioritized(ItemSelector):
         for s in slots.tolist():
             self._uniform.insert(s, 0.0)
 
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        w = self._weights(np.asarray(priorities, dtype=np.float64).reshape(-1))
+        self._tree.set_leaves_and_rebuild(slots, w)  # O(n) bottom-up, not n O(log n) inserts
+        self._uniform.bulk_insert(slots, priorities)
+
     def update(self, slot: int, priority: float) -> None:
         self._tree.set(slot, self._weight(priority))
 
@@ -306,6 +331,32 @@ class _Ordered(ItemSelector):
             self._head = slot
         self._tail = slot
         self._n += 1
+
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        k = len(slots)
+        if not k:
+            return
+        prev, nxt = self._prev, self._next
+        top = int(slots.max())
+        if top >= len(prev):
+            grow = _MINUS_ONES * ((top + 1 - len(prev)) // len(_MINUS_ONES) + 1)
+            prev.extend(grow)
+            nxt.extend(grow)
+        tail = self._tail
+        p = np.frombuffer(prev, dtype=np.int64)
+        q = np.frombuffer(nxt, dtype=np.int64)
+        p[slots[0]] = tail
+        p[slots[1:]] = slots[:-1]
+        q[slots[:-1]] = slots[1:]
+        q[slots[-1]] = -1
+        del p, q  # views pin the arrays' size
+        if tail >= 0:
+            nxt[tail] = int(slots[0])
+        else:
+            self._head = int(slots[0])
+        self._tail = int(slots[-1])
+        self._n += k
 
     def update(self, slot: int, priority: float) -> None:
         pass
@@ -422,6 +473,27 @@ class HeapSelector(ItemSelector):
             self._version = _grow(self._version, slot + 1)
         self._n += 1
         self._push(slot, priority)
+
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """As :meth:`insert` in turn: later slots of the batch lose ties to earlier ones."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        k = len(slots)
+        if not k:
+            return
+        top = int(slots.max())
+        if top >= len(self._version):
+            self._version = _grow(self._version, top + 1)
+        c = self._counter
+        versions = np.arange(c, c + k, dtype=np.int64)
+        self._version[slots] = versions
+        self._counter = c + k
+        self._n += k
+        keys = self._sign * np.asarray(priorities, dtype=np.float64).reshape(-1)
+        self._heap.extend(zip(keys.tolist(), versions.tolist(), slots.tolist()))
+        if len(self._heap) > 2 * self._n + 64:
+            self._compact()  # drops stale entries and heapifies
+        else:
+            heapq.heapify(self._heap)
 
     def update(self, slot: int, priority: float) -> None:
         self._push(slot, priority)

@@ -101,6 +101,27 @@ class SumTree:
         for lvl in range(self._depth):
             t[anc[lvl]] = t[left[lvl]] + t[right[lvl]]
 
+    def set_leaves_and_rebuild(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Sets many leaves (the last value wins for a repeated slot), then recomputes every
+        internal node bottom-up: one vectorised pass per level, O(capacity) in all.
+
+        The result is bit for bit the tree that :meth:`set` one leaf at a time gives: there, too,
+        every node ends up as the sum of its two children's final values. Cheaper than
+        :meth:`set_many` when a large share of the leaves changes (a table being rebuilt).
+        """
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if len(slots):
+            top = int(slots.max())
+            if top >= self._cap:
+                self._grow(top + 1)
+            leaf = slots + self._cap
+            if len(leaf) > 1 and np.bincount(slots).max() > 1:
+                leaf, first = np.unique(leaf[::-1], return_index=True)
+                values = values[::-1][first]
+            self._tree[leaf] = values
+        self._rebuild()
+
     def clear(self) -> None:
         self._tree[:] = 0.0
 

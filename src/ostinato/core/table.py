@@ -806,34 +806,111 @@ class Table:
 
     def restore_items(self, keys: np.ndarray, priorities: np.ndarray, times_sampled: np.ndarray,
                       trajectories: Sequence[items_lib.Packed], squeeze: Sequence[tuple[bool, ...]],
-                      counters: dict[str, int], heap_order: np.ndarray | None = None) -> None:
+                      counters: dict[str, int], heap_order: np.ndarray | None = None,
+                      chunk_refs: tuple[Sequence[Chunk], Sequence[int]] | None = None) -> None:
         """Fills this empty table with checkpointed items (given in insertion order).
 
         Bypasses the rate limiter, keeps each item's priority and ``times_sampled``, then sets
-        the limiter and statistics counters to the checkpointed values.
+        the limiter and statistics counters to the checkpointed values. Built in bulk: the items
+        take slots ``0..n-1``, the per-slot arrays are filled at once and each selector is built
+        by :meth:`ItemSelector.bulk_insert` (the state inserting the items one by one gives).
+
+        Args:
+          heap_order: the order in which heap selectors last saw the items (a permutation of
+            ``range(n)``; of equal priorities, the item earlier in it is selected first), or
+            None for insertion order.
+          chunk_refs: optional ``(chunks, counts)``: the chunks the trajectories reference and
+            how many slices reference each, when the caller knows them (else counted here).
         """
+        if isinstance(keys, np.ndarray) and keys.dtype.kind in "ui":
+            karr = keys.astype(np.uint64, copy=False).reshape(-1)
+            klist = karr.tolist()
+        else:
+            klist = _key_list(keys)
+            karr = np.array(klist, dtype=np.uint64)
+        n = len(klist)
+        prio = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        times = np.asarray(times_sampled, dtype=np.int64).reshape(-1)
+        if not len(prio) == len(times) == len(trajectories) == len(squeeze) == n:
+            raise errors.FailedPreconditionError(
+                f"restore into table {self._name!r}: {n} keys, {len(prio)} priorities, "
+                f"{len(times)} times_sampled, {len(trajectories)} trajectories and "
+                f"{len(squeeze)} squeeze flags")
+        order = None
+        if heap_order is not None:
+            order = np.asarray(heap_order, dtype=np.int64).reshape(-1)
+            if len(order) != n or (n and (order.min() < 0 or order.max() >= n
+                                          or np.bincount(order).max() > 1)):
+                raise errors.FailedPreconditionError(
+                    f"restore into table {self._name!r}: heap_order is not a permutation of "
+                    f"the {n} items")
         with self._cond:
             self._check_open()
-            if self._key_to_slot or len(keys) > self._max_size:
+            if self._key_to_slot or n > self._max_size:
                 raise errors.FailedPreconditionError(
-                    f"cannot restore {len(keys)} items into table {self._name!r} holding "
+                    f"cannot restore {n} items into table {self._name!r} holding "
                     f"{len(self._key_to_slot)} items with max_size {self._max_size}")
-            k2s = self._key_to_slot
-            for k, p, tr, sq, t in zip(_key_list(keys), priorities.tolist(), trajectories,
-                                       squeeze, times_sampled.tolist()):
-                if k in k2s:
-                    raise errors.FailedPreconditionError(f"duplicate key {k} in checkpoint")
-                self._insert_locked(k, p, tr, sq, assign=False)
-                if t:
-                    self._a_times[k2s[k]] = t
-                    if self._max_times_sampled:
-                        self._remaining_samples -= t
-            if heap_order is not None:  # replay the heap's tie order (insert/update time)
-                slots = [k2s[k] for k in _key_list(keys)]
-                for i in heap_order.tolist():
-                    for sel in (self._sampler, self._remover):
-                        if isinstance(sel, HeapSelector):
-                            sel.update(slots[i], self._a_prio[slots[i]])
+            k2s = dict(zip(klist, range(n)))
+            if len(k2s) != n:
+                seen: set[int] = set()
+                for k in klist:
+                    if k in seen:
+                        raise errors.FailedPreconditionError(f"duplicate key {k} in checkpoint")
+                    seen.add(k)
+            cap = len(self._a_keys)
+            if cap < n:
+                while cap < n:
+                    cap *= 2
+                for attr in ("_a_keys", "_a_prio", "_a_times", "_a_seq"):
+                    a = getattr(self, attr)
+                    setattr(self, attr, array.array(a.typecode, bytes(a.itemsize * cap)))
+                self._make_views()
+                self._traj.extend([None] * (cap - len(self._traj)))
+                self._squeeze.extend([None] * (cap - len(self._squeeze)))
+            self._keys[:n] = karr
+            self._prio[:n] = prio
+            self._times[:n] = times
+            self._seq[:n] = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
+            self._next_seq += n
+            self._traj[:n] = trajectories
+            self._squeeze[:n] = squeeze
+            self._free = list(range(cap - 1, n - 1, -1))
+            self._key_to_slot.update(k2s)
+            slots = np.arange(n, dtype=np.int64)  # slot i holds item i
+            for sel in (self._sampler, self._remover):
+                if order is not None and isinstance(sel, HeapSelector):
+                    sel.bulk_insert(order, prio[order])  # replays the heap's tie order
+                else:
+                    sel.bulk_insert(slots, prio)
+            if chunk_refs is None:  # count the slices of each chunk (by identity)
+                found: dict[int, list[Any]] = {}
+                for tr in trajectories:
+                    for c in (tr[0::3] if type(tr[0]) is Chunk else items_lib.iter_chunks(tr)):
+                        e = found.get(id(c))
+                        if e is None:
+                            found[id(c)] = [c, 1]
+                        else:
+                            e[1] += 1
+                chunk_refs = ([e[0] for e in found.values()], [e[1] for e in found.values()])
+            chunks, counts = chunk_refs
+            counts = counts.tolist() if isinstance(counts, np.ndarray) else list(counts)
+            with self._store._lock:
+                d = self._store._chunks
+                for c, m in zip(chunks, counts):
+                    if m:
+                        if c.refs == 0:
+                            d[id(c)] = c
+                        c.refs += m
+            er = self._episode_refs
+            for c, m in zip(chunks, counts):
+                if m:
+                    er[c.episode_id] = er.get(c.episode_id, 0) + m
+            if self._max_times_sampled:
+                self._remaining_samples += self._max_times_sampled * n - int(times.sum())
+            if self._hooks:
+                for k, p in zip(klist, prio.tolist()):
+                    for h in self._hooks:
+                        h.on_insert(self._name, k, p)
             self._limiter.restore_counters(counters["inserts"], counters["samples"],
                                            counters["deletes"])
             self._num_deleted_episodes = int(counters["num_deleted_episodes"])
