@@ -113,7 +113,7 @@ def test_malformed_signature_in_manifest_is_reported_as_corrupt(tmp_path, make_s
 
 
 @pytest.mark.parametrize("sig", [{("a", 1): TensorSpec([1], np.int32)},   # a key JSON cannot keep
-                                 {"s": TensorSpec([], np.str_)}])          # a dtype it cannot
+                                 {"s": TensorSpec([], np.dtype("M8[s]"))}])  # a dtype it cannot
 def test_signature_a_restore_could_not_read_fails_the_save(tmp_path, make_server, sig):
     s = make_server(_table(signature=sig), checkpointer=ckpt(tmp_path))
     with pytest.raises(checkpointers.CheckpointError, match="signature of table 't'"):
