@@ -17,6 +17,7 @@ from ostinato.transport.base import TableMeta, Transport
 from ostinato.types import ReplaySample, SampleInfo, TableInfo, is_spec_like
 from ostinato.writers.chunker import new_key, to_array
 from ostinato.writers.legacy_writer import Writer
+from ostinato.writers.structured_writer import StructuredWriter
 from ostinato.writers.trajectory_writer import TrajectoryWriter
 
 #: Largest number of items a ``Client.sample`` generator takes from the table per request.
@@ -224,8 +225,15 @@ class Client:
                                 validate_items=validate_items, max_chunk_length=max_chunk_length,
                                 **kwargs)
 
-    def structured_writer(self, configs: Sequence[Any]) -> Any:
-        raise NotImplementedError("structured_writer is not available in this release of Ostinato")
+    def structured_writer(self, configs: Sequence[Any]) -> StructuredWriter:
+        """A :class:`~ostinato.writers.structured_writer.StructuredWriter` that creates items
+        as ``configs`` describe (build them with :mod:`ostinato.structured_writer`).
+
+        Raises:
+          ValueError: ``configs`` is empty or holds an invalid config (the message names its
+            position and field); ``TableNotFoundError`` for an unknown table.
+        """
+        return StructuredWriter(self._get_transport(), configs)
 
     # -- sampling -------------------------------------------------------------------------------------
     def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = True,

@@ -1,0 +1,460 @@
+"""Structured-writer configs: patterns, conditions and priorities (Reverb's ``patterns.proto``).
+
+A config says which item to build from the newest steps of a writer, into which table, with
+which priority, and on which steps. Reverb keeps configs as protobuf messages; here they are
+plain Python objects with the same field names and the same read semantics (an unset ``int``
+field reads as ``0``, ``HasField`` and ``WhichOneof`` tell what is set), so code that reads
+Reverb's configs runs unchanged, and no protobuf is needed.
+
+Build configs with the helpers (as in Reverb)::
+
+    step = {"obs": None, "action": None, "reward": None}
+    pattern = pattern_from_transform(step, lambda s: {
+        "obs": s["obs"][-2], "action": s["action"][-2], "next_obs": s["obs"][-1]})
+    config = create_config(pattern, "replay", conditions=[Condition.step_index() >= 1])
+
+Indexing a reference step counts back from the newest step: ``s["obs"][-1]`` is the newest
+value (no time dimension), ``s["obs"][-3:]`` the newest three, ``s["obs"][-3:-1]`` the two
+before the newest, ``s["obs"][-5::2]`` every second of the newest five. A stop of ``0`` means
+"up to the newest step" (as in Reverb; Python would read ``[-3:0]`` as empty).
+
+Configs are checked by :func:`~ostinato.writers.pattern_validation.compile_configs` (called when
+a writer or a ``PatternDataset`` is made), which raises
+``ValueError("Invalid configuration at position i: `field` ...")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NewType
+
+import numpy as np
+import optree
+
+# -- the config messages ---------------------------------------------------------------------------
+
+
+def _int_or_none(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} ({value!r}) must be an int or None")
+    return int(value)
+
+
+class PatternNode:
+    """One column of an item: a step, or a slice of steps, of one column of the step.
+
+    Args:
+      flat_source_index: index of the column in the flattened step.
+      start: first step of a slice, counted back from the newest (``< 0``); ``None`` for a
+        single step.
+      stop: end of a slice (``<= 0``; ``0`` or ``None`` = up to the newest step), or, without
+        ``start``, the single step (``< 0``) whose value is the column (no time dimension).
+      step: stride of a slice (``> 0``).
+    """
+
+    __slots__ = ("flat_source_index", "_start", "_stop", "_step")
+
+    def __init__(self, flat_source_index: int = 0, start: int | None = None,
+                 stop: int | None = None, step: int | None = None):
+        self.flat_source_index = _int_or_none(flat_source_index, "flat_source_index") or 0
+        self._start = _int_or_none(start, "start")
+        self._stop = _int_or_none(stop, "stop")
+        self._step = _int_or_none(step, "step")
+
+    # Unset fields read as 0, as in the protobuf message.
+    start = property(lambda self: self._start or 0,
+                     lambda self, v: setattr(self, "_start", _int_or_none(v, "start")))
+    stop = property(lambda self: self._stop or 0,
+                    lambda self, v: setattr(self, "_stop", _int_or_none(v, "stop")))
+    step = property(lambda self: self._step or 0,
+                    lambda self, v: setattr(self, "_step", _int_or_none(v, "step")))
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+        if name not in ("start", "stop", "step"):
+            raise ValueError(f'PatternNode has no optional field "{name}"')
+        return getattr(self, "_" + name) is not None
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.flat_source_index, self._start, self._stop, self._step)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PatternNode) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        parts = [f"flat_source_index={self.flat_source_index}"]
+        parts += [f"{n}={getattr(self, '_' + n)}" for n in ("start", "stop", "step")
+                  if getattr(self, "_" + n) is not None]
+        return f"PatternNode({', '.join(parts)})"
+
+
+@dataclasses.dataclass
+class ModuloEq:
+    """``left % mod == eq``."""
+
+    mod: int = 0
+    eq: int = 0
+
+
+_LEFT = ("step_index", "steps_since_applied", "buffer_length", "is_end_episode",
+         "flat_source_index")
+_CMP = ("eq", "ge", "mod_eq")
+
+
+class ConditionProto:
+    """A condition on the newest step (Reverb's ``patterns_pb2.Condition``).
+
+    Exactly one "left" value (``step_index``, ``steps_since_applied``, ``buffer_length``,
+    ``is_end_episode`` or ``flat_source_index``, the column whose value is read) and one
+    comparison (``eq``, ``ge`` or ``mod_eq``); ``inverse`` negates the result. Build them with
+    :class:`Condition` rather than by hand.
+    """
+
+    __slots__ = ("_left", "_left_value", "_cmp", "_cmp_value", "inverse")
+
+    def __init__(self, **fields: Any):
+        self._left: str | None = None
+        self._left_value: Any = None
+        self._cmp: str | None = None
+        self._cmp_value: Any = None
+        self.inverse = bool(fields.pop("inverse", False))
+        for name, value in fields.items():
+            if name not in _LEFT and name not in _CMP:
+                raise ValueError(f'Condition has no field "{name}"')
+            if value is not None:
+                setattr(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for the oneof fields (the slots are found first).
+        if name in _LEFT:
+            return self._left_value if self._left == name else (
+                0 if name == "flat_source_index" else False)
+        if name in _CMP:
+            if self._cmp == name:
+                return self._cmp_value
+            return ModuloEq() if name == "mod_eq" else 0
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        v: Any
+        if name in _LEFT:
+            v = _int_or_none(value, name) if name == "flat_source_index" else bool(value)
+            object.__setattr__(self, "_left", name)
+            object.__setattr__(self, "_left_value", v)
+        elif name in _CMP:
+            if name == "mod_eq":
+                if not isinstance(value, ModuloEq):
+                    raise TypeError(f"mod_eq ({value!r}) must be a ModuloEq")
+                v = dataclasses.replace(value)
+            else:
+                v = _int_or_none(value, name)
+            object.__setattr__(self, "_cmp", name)
+            object.__setattr__(self, "_cmp_value", v)
+        else:
+            object.__setattr__(self, name, value)
+
+    def WhichOneof(self, group: str) -> str | None:  # noqa: N802 - protobuf's name
+        if group == "left":
+            return self._left
+        if group == "cmp":
+            return self._cmp
+        raise ValueError(f'Condition has no oneof "{group}"')
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+        return name in (self._left, self._cmp, "left" if self._left else None,
+                        "cmp" if self._cmp else None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConditionProto):
+            return NotImplemented
+        return (self._left, self._left_value, self._cmp, self._cmp_value, self.inverse) == (
+            other._left, other._left_value, other._cmp, other._cmp_value, other.inverse)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the message
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ConditionProto:
+        new = ConditionProto(inverse=self.inverse)
+        if self._left is not None:
+            setattr(new, self._left, self._left_value)
+        if self._cmp is not None:
+            setattr(new, self._cmp, self._cmp_value)
+        return new
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {"inverse": self.inverse}
+        if self._left is not None:
+            fields[self._left] = self._left_value
+        if self._cmp is not None:
+            fields[self._cmp] = self._cmp_value
+        return (_make_condition, (fields,))
+
+    def __repr__(self) -> str:
+        parts = []
+        if self._left is not None:
+            parts.append(f"{self._left}={self._left_value!r}")
+        if self._cmp is not None:
+            parts.append(f"{self._cmp}={self._cmp_value!r}")
+        if self.inverse:
+            parts.append("inverse=True")
+        return f"Condition({', '.join(parts)})"
+
+
+def _make_condition(fields: dict[str, Any]) -> ConditionProto:
+    return ConditionProto(**fields)
+
+
+@dataclasses.dataclass
+class ConstantPriorityFn:
+    value: float = 0.0
+
+
+@dataclasses.dataclass
+class TDError:
+    max_priority_weight: float = 0.0
+    flat_source_index: int = 0
+
+
+@dataclasses.dataclass
+class Priority:
+    """How an item's priority is computed: ``constant_fn`` or ``td_error`` (one of them)."""
+
+    constant_fn: ConstantPriorityFn | None = None
+    td_error: TDError | None = None
+
+    ConstantPriorityFn = ConstantPriorityFn
+    TDError = TDError
+
+    def WhichOneof(self, group: str) -> str | None:  # noqa: N802 - protobuf's name
+        if group != "priority_fn":
+            raise ValueError(f'Priority has no oneof "{group}"')
+        return "constant_fn" if self.constant_fn is not None else (
+            "td_error" if self.td_error is not None else None)
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+        return getattr(self, name, None) is not None
+
+
+@dataclasses.dataclass
+class Config:
+    """One structured-writer config (Reverb's ``StructuredWriterConfig``).
+
+    Attributes:
+      flat: the item's columns, in the order of the flattened pattern.
+      pattern_structure: the pattern's structure (an ``optree`` treespec), or ``None`` for a
+        flat list of columns.
+      table: the table that gets the items.
+      priority: how the items' priority is computed.
+      conditions: all must hold for an item to be created at a step.
+    """
+
+    flat: list[PatternNode] = dataclasses.field(default_factory=list)
+    pattern_structure: Any = None
+    table: str = ""
+    priority: Priority | None = None
+    conditions: list[ConditionProto] = dataclasses.field(default_factory=list)
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+        if name not in ("pattern_structure", "priority"):
+            raise ValueError(f'StructuredWriterConfig has no optional field "{name}"')
+        return getattr(self, name) is not None
+
+
+StructuredWriterConfig = Config
+Pattern = Any  # a nest whose leaves are PatternNode
+ReferenceStep = NewType("ReferenceStep", Any)  # type: ignore[valid-newtype]
+PatternTransform = Callable[[ReferenceStep], Pattern]
+
+
+# -- building patterns and conditions --------------------------------------------------------------
+
+
+class _RefNode:
+    """Stands for one column of the step; indexing it makes a :class:`PatternNode`."""
+
+    __slots__ = ("_idx",)
+
+    def __init__(self, idx: int):
+        self._idx = idx
+
+    def __getitem__(self, key: Any) -> PatternNode:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            return PatternNode(self._idx, stop=int(key))
+        if not isinstance(key, slice):
+            raise ValueError(f"Key must be int or slice but got {key!r} (type {type(key)}).")
+        if key.start is None:
+            # Reverb stored x[:-2] as x[-2] (one step, no time dimension): refuse it instead.
+            raise ValueError(
+                f"Pattern slices need a negative start, counted back from the newest step "
+                f"(e.g. x[-3:] or x[-3:-1]); got x[{_slice_text(key)}].")
+        return PatternNode(self._idx, start=key.start, stop=key.stop, step=key.step)
+
+    def __repr__(self) -> str:
+        return f"<reference to step column {self._idx}>"
+
+
+def _slice_text(s: slice) -> str:
+    text = ("" if s.start is None else str(s.start)) + ":" + ("" if s.stop is None else str(s.stop))
+    return text + (f":{s.step}" if s.step is not None else "")
+
+
+def _flatten_step(step_structure: Any) -> tuple[list[Any], Any]:
+    return optree.tree_flatten(step_structure, none_is_leaf=True)
+
+
+def create_reference_step(step_structure: Any) -> ReferenceStep:
+    """The step's structure with each leaf replaced by an object that indexing turns into a
+    :class:`PatternNode` (``ref["obs"][-2:]``)."""
+    leaves, spec = _flatten_step(step_structure)
+    return ReferenceStep(optree.tree_unflatten(spec, [_RefNode(i) for i in range(len(leaves))]))
+
+
+def pattern_from_transform(step_structure: Any, transform: PatternTransform) -> Pattern:
+    """Calls ``transform`` on a reference step of ``step_structure``; returns the pattern."""
+    return transform(create_reference_step(step_structure))
+
+
+def _is_node(x: Any) -> bool:
+    return isinstance(x, PatternNode)
+
+
+def constant_priority_fn(value: float) -> Priority:
+    """A priority function that gives every item ``value``."""
+    return Priority(constant_fn=ConstantPriorityFn(value=float(value)))
+
+
+def td_error(max_priority_weight: float, step_structure: Any,
+             get_field_from_step_fn: Callable[[Any], Any]) -> Priority:
+    """A priority computed from a per-step TD error column of the item.
+
+    With ``x = |td_error|`` over the item's steps, the priority is
+    ``w * max(x) + (1 - w) * mean(x)`` for ``w = max_priority_weight``. The column must be in
+    the item (if several item columns read it, the last one is used).
+    """
+    leaves, spec = _flatten_step(step_structure)
+    index = get_field_from_step_fn(optree.tree_unflatten(spec, list(range(len(leaves)))))
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise ValueError(
+            f"get_field_from_step_fn must select one leaf of the step, got {index!r}")
+    return Priority(td_error=TDError(max_priority_weight=float(max_priority_weight),
+                                     flat_source_index=int(index)))
+
+
+def create_config(pattern: Pattern, table: str, conditions: Sequence[ConditionProto] = (),
+                  priority: Priority | None = None) -> Config:
+    """A config that builds ``pattern`` into ``table`` when all ``conditions`` hold.
+
+    ``priority`` defaults to ``constant_priority_fn(1.0)``.
+    """
+    flat, structure = optree.tree_flatten(pattern, is_leaf=_is_node, none_is_leaf=True)
+    for path, leaf in zip(optree.tree_paths(pattern, is_leaf=_is_node, none_is_leaf=True), flat):
+        if not isinstance(leaf, PatternNode):
+            raise TypeError(
+                f"Every leaf of a pattern must be a column of the reference step indexed by an "
+                f"int or a slice (e.g. step['obs'][-1]); got {leaf!r} at {tuple(path)}.")
+    return Config(flat=list(flat), pattern_structure=structure, table=table,
+                  priority=constant_priority_fn(1.0) if priority is None else priority,
+                  conditions=list(conditions))
+
+
+def unpack_pattern(config: Config) -> Pattern:
+    """The config's pattern (its nodes in their structure)."""
+    if config.pattern_structure is None:
+        return list(config.flat)
+    return optree.tree_unflatten(config.pattern_structure, list(config.flat))
+
+
+def _check_int(cmp: Any) -> int:
+    if isinstance(cmp, bool) or not isinstance(cmp, (int, np.integer)):
+        raise TypeError(f"Conditions compare with ints, got {cmp!r}")
+    return int(cmp)
+
+
+class _ConditionBuilder:
+    """``Condition.step_index()`` and friends: comparing one makes a :class:`ConditionProto`."""
+
+    __slots__ = ("_left", "_left_value", "_mod")
+
+    def __init__(self, left: str, left_value: Any, mod: int | None = None):
+        self._left = left
+        self._left_value = left_value
+        self._mod = mod
+
+    def _make(self, cmp: str, value: Any, inverse: bool = False) -> ConditionProto:
+        c = ConditionProto(inverse=inverse)
+        setattr(c, self._left, self._left_value)
+        setattr(c, cmp, value)
+        return c
+
+    def _no_mod(self, op: str) -> None:
+        if self._mod is not None:
+            # Reverb silently dropped the modulo here (x % 3 >= 1 became x >= 1).
+            raise TypeError(f"Only == and != may follow %; got % {self._mod} {op}")
+
+    def __mod__(self, mod: int) -> _ConditionBuilder:
+        if self._mod is not None:
+            raise TypeError("A condition takes one modulo")
+        return _ConditionBuilder(self._left, self._left_value, _check_int(mod))
+
+    def __eq__(self, cmp: int) -> ConditionProto:  # type: ignore[override]
+        if self._mod is not None:
+            return self._make("mod_eq", ModuloEq(self._mod, _check_int(cmp)))
+        return self._make("eq", _check_int(cmp))
+
+    def __ne__(self, cmp: int) -> ConditionProto:  # type: ignore[override]
+        c = self == cmp
+        c.inverse = True
+        return c
+
+    def __ge__(self, cmp: int) -> ConditionProto:
+        self._no_mod(">=")
+        return self._make("ge", _check_int(cmp))
+
+    def __gt__(self, cmp: int) -> ConditionProto:
+        self._no_mod(">")
+        return self._make("ge", _check_int(cmp) + 1)
+
+    def __lt__(self, cmp: int) -> ConditionProto:
+        self._no_mod("<")
+        return self._make("ge", _check_int(cmp), inverse=True)
+
+    def __le__(self, cmp: int) -> ConditionProto:
+        self._no_mod("<=")
+        return self._make("ge", _check_int(cmp) + 1, inverse=True)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        mod = f" % {self._mod}" if self._mod is not None else ""
+        return f"<incomplete condition on {self._left}{mod}; compare it with an int>"
+
+
+class Condition:
+    """Building blocks of conditions: compare them with ints (``Condition.step_index() >= 2``,
+    ``Condition.step_index() % 4 == 0``)."""
+
+    @staticmethod
+    def step_index() -> _ConditionBuilder:
+        """Index (from 0) of the newest step within its episode."""
+        return _ConditionBuilder("step_index", True)
+
+    @staticmethod
+    def steps_since_applied() -> _ConditionBuilder:
+        """Steps appended since this config last created an item (counting the newest)."""
+        return _ConditionBuilder("steps_since_applied", True)
+
+    @staticmethod
+    def is_end_episode() -> ConditionProto:
+        """True only while ``end_episode`` is being called."""
+        return ConditionProto(is_end_episode=True, eq=1)
+
+    @staticmethod
+    def data(step_structure: Any) -> Any:
+        """The step's structure with builders that read a scalar int or bool of the newest step."""
+        leaves, spec = _flatten_step(step_structure)
+        return optree.tree_unflatten(
+            spec, [_ConditionBuilder("flat_source_index", i) for i in range(len(leaves))])
