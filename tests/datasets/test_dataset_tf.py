@@ -302,3 +302,76 @@ def test_tf_client_server_address(make_server):
     assert datasets.TFClient(address).server_address == address
     assert datasets.TFClient(reverb.Client(address)).server_address == address
     assert reverb.TFClient(address).server_address == address
+
+
+def _bounded(fn, timeout):
+    """Runs fn on a daemon thread; returns its result, or fails the test if it hangs."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still blocked after {timeout}s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_deleting_an_iterator_waiting_on_an_empty_table_returns_promptly(make_server, remote):
+    server = make_server(reverb.Table.queue("q", 10))
+    client = reverb.Client(f"localhost:{server.port}", in_process=not remote,
+                           unavailable_timeout=10)
+    client.insert([np.int64(1)], {"q": 1.0})
+    ds = TrajectoryDataset(client, "q", (tf.int64,), (tf.TensorShape([1]),), 2)
+    it = iter(ds.batch(1).prefetch(2))
+    assert int(next(it).data[0][0, 0]) == 1
+    time.sleep(0.3)  # the prefetch thread is now waiting on the empty table
+
+    def delete():
+        nonlocal it
+        t0 = time.monotonic()
+        del it
+        return time.monotonic() - t0
+
+    assert _bounded(delete, 20) < 5
+
+
+def test_interleaved_streams_deliver_every_sampled_item(make_server):
+    # TF-Agents' as_dataset(sample_batch_size=3, num_parallel_calls=3) over a table whose 3
+    # items may each be sampled 10 times: all 30 samples reach the consumer.
+    table = reverb.Table("t", sampler=reverb.selectors.Uniform(),
+                         remover=reverb.selectors.Fifo(), max_size=3, max_times_sampled=10,
+                         rate_limiter=reverb.rate_limiters.MinSize(1))
+    server = make_server(table)
+    client = reverb.Client(f"localhost:{server.port}")
+    with client.trajectory_writer(1) as w:
+        for i in range(3):
+            w.append(np.int64(i))
+            w.create_item("t", 1.0, w.history[-1:])
+
+    def make(_):
+        return TrajectoryDataset(client, "t", tf.int64, tf.TensorShape([1]), 1)
+
+    ds = tf.data.Dataset.range(3).interleave(make, cycle_length=3, num_parallel_calls=3)
+    options = tf.data.Options()
+    options.experimental_deterministic = False
+    it = iter(ds.with_options(options).batch(3, drop_remainder=True))
+
+    def take():
+        counts = [0, 0, 0]
+        for _ in range(10):
+            for x in next(it).data.numpy().reshape(-1):
+                counts[int(x)] += 1
+        return counts
+
+    assert _bounded(take, 60) == [10, 10, 10]
+    assert table.size == 0

@@ -48,6 +48,8 @@ from ostinato.types import ReplaySample, SampleInfo, is_spec_like
 _LOCAL_SLICE_S = 0.2
 _REMOTE_SLICE_S = 1.0
 _TIMED_OUT = object()
+#: What :meth:`Sampler.next_piece` returns when its ``timeout`` passed with nothing to give.
+NOT_READY: Any = object()
 
 
 @dataclasses.dataclass
@@ -306,12 +308,19 @@ class Sampler:
         return Piece(info, cols, rows, n)
 
     # -- consumer -----------------------------------------------------------------------------
-    def next_piece(self) -> Piece | None:
+    def next_piece(self, timeout: float | None = None) -> Piece | None:
         """The next decoded piece, waiting for one; None when the stream has ended.
+
+        Args:
+          timeout: seconds to wait at most; then :data:`NOT_READY` is returned and the stream
+            goes on (a consumer that must not block for long -- a tf.data generator that
+            TensorFlow has to be able to cancel -- polls with it). ``None`` waits as long as
+            it takes.
 
         Raises:
           The error that stopped a worker, once the pieces fetched before it are taken.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if self._queue:
@@ -328,7 +337,13 @@ class Sampler:
                 if self._wait_since is None:
                     self._wait_since = time.monotonic()
                     self._cond.notify_all()
-                self._cond.wait()
+                if deadline is None:
+                    self._cond.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return NOT_READY
+                self._cond.wait(left)
 
     def unflatten(self, columns: list[Any]) -> Any:
         """Shapes flat columns like the table signature (flat list if it has none)."""

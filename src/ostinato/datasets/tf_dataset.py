@@ -30,7 +30,7 @@ import tensorflow as tf
 from ostinato.client import Client
 from ostinato.datasets import specs as specs_lib
 from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import Piece, Sampler, as_client
+from ostinato.datasets.sampler import NOT_READY, Piece, Sampler, as_client
 from ostinato.types import ReplaySample, SampleInfo, TensorSpec, is_spec_like
 
 _INFO_DTYPES = SampleInfo(tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32)
@@ -241,15 +241,33 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
     specs_lib.check_against_signature(table, specs, flat)
 
 
+#: Longest time the generator waits for a piece before handing TensorFlow an empty chunk.
+#: A generator call that blocks holds the tf.data thread that runs it: TensorFlow can then
+#: neither cancel the iterator (deleting it would wait for the table) nor, in a parallel
+#: ``interleave``, hand out elements other streams already produced (items counted as sampled
+#: would sit in its buffers while the consumer waits). Empty chunks vanish in ``unbatch``.
+_POLL_S = 0.05
+
+
+def _empty_chunk(specs: list[TensorSpec], treedef: Any) -> ReplaySample:
+    info = SampleInfo(*(np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES))
+    data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
+    return ReplaySample(info, optree.tree_unflatten(treedef, data))
+
+
 def _generate(client: Client, table: str, options: SamplerOptions, specs: list[TensorSpec],
               treedef: Any, timesteps: bool) -> Iterator[ReplaySample]:
     # Errors raised here reach the iterator through tf.py_function, which turns ValueError
     # (so InvalidArgumentError and TableNotFoundError) into tf.errors.InvalidArgumentError.
     sampler = Sampler(client, table, options, emit_timesteps=timesteps,
                       validate=_validator(table, specs))
+    empty = _empty_chunk(specs, treedef)
     try:
         _check_signature(table, specs, sampler.signature, timesteps)
-        while (p := sampler.next_piece()) is not None:
+        while (p := sampler.next_piece(timeout=_POLL_S)) is not None:
+            if p is NOT_READY:
+                yield empty
+                continue
             if p.columns is not None:
                 yield ReplaySample(p.info, optree.tree_unflatten(treedef, p.columns))
                 continue
