@@ -11,6 +11,7 @@ REVERB_NAMES = {
     "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
 }
 OSTINATO_NAMES = {"errors", "datasets", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
+                  "install_as_reverb",
                   "TableExtensionBase"}
 
 

@@ -6,6 +6,7 @@ only; frameworks (TensorFlow, PyTorch, JAX) and gRPC are imported when a feature
 
 from ostinato import checkpointers, errors, rate_limiters, selectors
 from ostinato.client import Client
+from ostinato.compat import install_as_reverb
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
 from ostinato.errors import DeadlineExceededError, RateLimiterTimeout, ReverbError
@@ -56,6 +57,7 @@ __all__ = [
     "TrajectoryWriter",
     "Writer",
     "checkpointers",
+    "install_as_reverb",
     "datasets",
     "errors",
     "rate_limiters",
