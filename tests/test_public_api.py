@@ -9,6 +9,7 @@ REVERB_NAMES = {
     "selectors", "rate_limiters", "checkpointers", "TrajectoryDataset", "TimestepDataset",
     "TFClient", "Client", "Writer", "DeadlineExceededError", "ReverbError",
     "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
+    "PatternDataset", "structured", "structured_writer",
 }
 OSTINATO_NAMES = {"errors", "datasets", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
                   "install_as_reverb",

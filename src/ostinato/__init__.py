@@ -4,7 +4,8 @@
 only; frameworks (TensorFlow, PyTorch, JAX) and gRPC are imported when a feature needs them.
 """
 
-from ostinato import checkpointers, errors, rate_limiters, selectors
+from ostinato import checkpointers, errors, rate_limiters, selectors, structured_writer
+from ostinato import structured_writer as structured
 from ostinato.client import Client
 from ostinato.compat import install_as_reverb
 from ostinato.core.extensions import TableExtension
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 _LAZY = {"TrajectoryDataset": "ostinato.datasets.tf_dataset",
          "TimestepDataset": "ostinato.datasets.tf_dataset",
          "TFClient": "ostinato.datasets.tf_client",
+         "PatternDataset": "ostinato.datasets.pattern_dataset",
          "datasets": "ostinato.datasets"}
 
 
@@ -43,6 +45,7 @@ __all__ = [
     "ReplaySample",
     "ReverbError",
     "SampleInfo",
+    "PatternDataset",
     "Server",
     "ServerTLS",
     "Table",
@@ -62,4 +65,6 @@ __all__ = [
     "errors",
     "rate_limiters",
     "selectors",
+    "structured",
+    "structured_writer",
 ]

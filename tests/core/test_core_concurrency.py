@@ -239,7 +239,7 @@ def test_bad_priority_on_prioritized_table_is_rejected_and_table_keeps_working(b
         # Nothing was half-applied.
         assert table.keys().tolist() == [key]
         assert table.get(key)["priority"] == 1.0
-        assert len(table.sampler) == len(table.remover) == 1
+        assert table.sampler.num_items() == table.remover.num_items() == 1
         assert len(server.chunk_store) == chunks_before
 
         # And the table still works, from other threads too.
@@ -263,7 +263,7 @@ def test_overflowing_priority_is_rejected_cleanly():
             client.insert(np.int64(2), {"p": 1e200})
         except ValueError:
             assert len(table) == 1
-        assert len(table) == len(table.sampler) == len(table.remover)
+        assert len(table) == table.sampler.num_items() == table.remover.num_items()
 
 
 # -- close / stop wake blocked callers -----------------------------------------------------------------

@@ -34,6 +34,7 @@ _LAZY = {
     "TFClient": "ostinato.datasets.tf_client",
     "TorchDataset": "ostinato.datasets.torch_dataset",
     "JaxIterator": "ostinato.datasets.jax_iterator",
+    "PatternDataset": "ostinato.datasets.pattern_dataset",
 }
 
 
@@ -53,6 +54,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "JaxIterator",
     "NumpyIterator",
+    "PatternDataset",
     "Sampler",
     "SamplerOptions",
     "TFClient",
