@@ -123,7 +123,7 @@ def test_string_columns_survive_a_checkpoint(tmp_path, make_server):
                             remover=reverb.selectors.Fifo(), max_size=100,
                             rate_limiter=reverb.rate_limiters.MinSize(1))
 
-    values = [b"ab", "c\u00e9", b"", b"\x00lead"]
+    values = [b"ab", "c\u00e9", b"", b"trailing\x00\x00", b"\x00lead", b"\x00"]
     s1 = make_server(table(), checkpointer=checkpointers.DefaultCheckpointer(str(tmp_path)))
     for how in ("embedded", "grpc"):
         client = reverb.Client(f"localhost:{s1.port}", in_process=(how == "embedded"),

@@ -150,9 +150,16 @@ class ChunkCollector:
         return pos[inv.reshape(-1)]
 
 
-def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool]:
-    """Rows ``[0, end)`` of a chunk as a contiguous little-endian array, and whether the
-    original data was an object array (strings) that must be restored as one."""
+#: How a chunk of strings (an object array of bytes) is stored: as fixed-width ``S`` rows in
+#: which every value carries one extra byte, ``\x01``, at its end, so that values ending in NUL
+#: bytes survive (numpy's ``S`` type drops trailing NULs); the byte is removed on restore.
+#: Checkpoints written before this have ``"object": true`` and no extra byte.
+STRINGS_SUFFIXED = "suffixed"
+
+
+def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool | str]:
+    """Rows ``[0, end)`` of a chunk as a contiguous little-endian array, and how to restore
+    them: ``False`` (as they are) or :data:`STRINGS_SUFFIXED` (an object array of bytes)."""
     data = chunk.data
     if isinstance(data, np.ndarray):
         rows = data[:end]
@@ -161,17 +168,29 @@ def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool]:
         for seg, local, n in data.covering(0, end):
             parts.append(seg.decode()[local:local + n])
         rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    is_object = rows.dtype.hasobject
-    if is_object:
-        conv = np.asarray(rows.tolist())
-        if conv.dtype.kind not in "US" or conv.shape != rows.shape:
+    is_object: bool | str = False
+    if rows.dtype.hasobject:
+        flat = rows.reshape(-1).tolist()
+        if not all(isinstance(v, (bytes, str)) for v in flat):
             raise CheckpointError(f"chunk {chunk.key} holds Python objects other than strings "
                                   "or bytes; such data cannot be checkpointed")
-        rows = conv
+        flat = [(v.encode() if isinstance(v, str) else v) + b"\x01" for v in flat]
+        rows = np.array(flat, dtype=bytes).reshape(rows.shape) if flat else \
+            np.zeros(rows.shape, dtype="S1")
+        is_object = STRINGS_SUFFIXED
     rows = np.ascontiguousarray(rows)
     if rows.dtype.byteorder == ">":
         rows = rows.astype(rows.dtype.newbyteorder("<"))
     return rows, is_object
+
+
+def restore_strings(data: np.ndarray, how: bool | str) -> np.ndarray:
+    """The object array of bytes that :func:`chunk_rows` stored as ``S`` rows."""
+    if how is True:  # written before STRINGS_SUFFIXED
+        return data.astype(object)
+    out = np.empty(data.size, dtype=object)
+    out[:] = [v[:-1] for v in data.reshape(-1).tolist()]
+    return out.reshape(data.shape)
 
 
 #: Items decoded per vectorised batch (bounds the temporary arrays; a tick between batches).

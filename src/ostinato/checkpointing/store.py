@@ -327,11 +327,16 @@ def _sha256(view: memoryview) -> str:
 def _load_chunks(path: str, body: dict[str, Any], arrs: dict[str, np.ndarray],
                  views: dict[int, memoryview], advance: Callable[[int], None]) -> list[Chunk]:
     """Chunks with their rows copied out of the (mapped) data files."""
-    specs = [(np.dtype(s["dtype"]), tuple(s["row_shape"]), bool(s["object"]))
+    specs = [(np.dtype(s["dtype"]), tuple(s["row_shape"]), s["object"])
              for s in body["chunk_specs"]]
-    for dt, _, _ in specs:
+    for dt, _, how in specs:
         if dt.hasobject:
             raise CheckpointCorruptError(f"{path}/manifest.json: chunk spec with an object dtype")
+        if how not in (False, True, encode.STRINGS_SUFFIXED) or \
+                how is True and dt.kind not in "SU" or \
+                how == encode.STRINGS_SUFFIXED and dt.kind != "S":
+            raise CheckpointCorruptError(f"{path}/manifest.json: chunk spec with 'object' "
+                                         f"{how!r} for dtype {dt}")
     spec_objs = [(dt, shape) for dt, shape, _ in specs]
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape, _ in specs]
     dctx = None
@@ -363,7 +368,8 @@ def _load_chunks(path: str, body: dict[str, Any], arrs: dict[str, np.ndarray],
         data = np.frombuffer(raw, dtype=dt, count=count, offset=0 if codec == ZSTD else off)
         data = data.reshape((rows, *shape))
         # Decompressed bytes belong to this chunk alone; mapped rows are copied out.
-        data = data.astype(object) if is_object else data if codec == ZSTD else data.copy()
+        data = encode.restore_strings(data, is_object) if is_object else \
+            data if codec == ZSTD else data.copy()
         data.flags.writeable = False
         chunks.append(Chunk(key, data, ep, spec=spec_objs[si]))
         pending += ln
