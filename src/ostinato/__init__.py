@@ -38,6 +38,10 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes
     globals()[name] = value
     return value
 
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
     "Client",
     "DeadlineExceededError",
