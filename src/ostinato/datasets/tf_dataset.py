@@ -19,8 +19,11 @@ Differences from Reverb (each a fix, not a new feature):
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
+import atexit
+import collections
+import itertools
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -73,6 +76,36 @@ def _text(value: Any, name: str) -> str:
     raise ValueError(f"{name} ({value!r}) must be a string")
 
 
+def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.TensorShape],
+                    treedef: Any) -> tf.data.Dataset:
+    """Per iterator: open a stream once, then fetch chunks until the stream says it ended."""
+    out_types = [tf.bool, *_INFO_DTYPES, *dtypes]
+    chunk_shapes = [tf.TensorShape([]), *([tf.TensorShape([None])] * len(_INFO_DTYPES)),
+                    *(tf.TensorShape([None]).concatenate(s) for s in shapes)]
+
+    def open_stream(_: Any) -> tf.Tensor:
+        sid = tf.numpy_function(source.open, [], tf.int64, stateful=True, name="ostinato_open")
+        sid.set_shape([])
+        return sid
+
+    def fetch(sid: tf.Tensor) -> tuple[tf.Tensor, ReplaySample]:
+        out = tf.numpy_function(source.fetch, [sid], out_types, stateful=True,
+                                name="ostinato_fetch")
+        for t, s in zip(out, chunk_shapes):
+            t.set_shape(s)
+        n = len(_INFO_DTYPES)
+        sample = ReplaySample(SampleInfo(*out[1:1 + n]),
+                              optree.tree_unflatten(treedef, list(out[1 + n:])))
+        return out[0], sample
+
+    def chunks(sid: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensors(sid).repeat().map(fetch)
+
+    ds = tf.data.Dataset.from_tensors(np.int64(0)).map(open_stream).flat_map(chunks)
+    ds = ds.take_while(lambda ended, _: tf.logical_not(ended)).map(lambda _, sample: sample)
+    return ds.unbatch()
+
+
 class _ReverbDataset(tf.data.Dataset):
     """Shared implementation; see :class:`TrajectoryDataset`."""
 
@@ -115,13 +148,9 @@ class _ReverbDataset(tf.data.Dataset):
             dtype_def, [tf.TensorSpec(s, d) for s, d in zip(tf_shapes, tf_dtypes)])
         info_spec = SampleInfo(*(tf.TensorSpec([], d) for d in _INFO_DTYPES))
         self._element_spec = ReplaySample(info=info_spec, data=data_spec)
-        chunk_spec = ReplaySample(
-            info=SampleInfo(*(tf.TensorSpec([None], d) for d in _INFO_DTYPES)),
-            data=optree.tree_unflatten(dtype_def, [tf.TensorSpec([None, *s.as_list()], d)
-                                                   for s, d in zip(tf_shapes, tf_dtypes)]))
-        generator = functools.partial(_generate, self._client, self._table, self._options,
-                                      self._specs, dtype_def, self._EMIT_TIMESTEPS)
-        self._inner = tf.data.Dataset.from_generator(generator, output_signature=chunk_spec).unbatch()
+        self._source = _Source(self._client, self._table, self._options, self._specs,
+                               self._EMIT_TIMESTEPS)
+        self._inner = _stream_dataset(self._source, tf_dtypes, tf_shapes, dtype_def)
         super().__init__(self._inner._variant_tensor)
 
     def _inputs(self) -> list[tf.data.Dataset]:
@@ -241,38 +270,126 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
     specs_lib.check_against_signature(table, specs, flat)
 
 
-#: Longest time the generator waits for a piece before handing TensorFlow an empty chunk.
-#: A generator call that blocks holds the tf.data thread that runs it: TensorFlow can then
-#: neither cancel the iterator (deleting it would wait for the table) nor, in a parallel
-#: ``interleave``, hand out elements other streams already produced (items counted as sampled
-#: would sit in its buffers while the consumer waits). Empty chunks vanish in ``unbatch``.
+#: Longest time a fetch waits for a piece before handing TensorFlow an empty chunk. A call
+#: into Python that blocks holds the tf.data thread that runs it: TensorFlow could then neither
+#: cancel the iterator (deleting it would wait for the table) nor, in a parallel ``interleave``,
+#: hand out elements other streams already produced (items counted as sampled would sit in its
+#: buffers while the consumer waits). Empty chunks vanish in ``unbatch``.
 _POLL_S = 0.05
 
 
-def _empty_chunk(specs: list[TensorSpec], treedef: Any) -> ReplaySample:
-    info = SampleInfo(*(np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES))
-    data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
-    return ReplaySample(info, optree.tree_unflatten(treedef, data))
+class _Stream:
+    """One iterator's stream: its Sampler (made on the first fetch) and rows not yet handed out
+    (items of different shapes go to TensorFlow one at a time)."""
+
+    __slots__ = ("sampler", "rows")
+
+    def __init__(self) -> None:
+        self.sampler: Sampler | None = None
+        self.rows: collections.deque[list[np.ndarray]] = collections.deque()
 
 
-def _generate(client: Client, table: str, options: SamplerOptions, specs: list[TensorSpec],
-              treedef: Any, timesteps: bool) -> Iterator[ReplaySample]:
-    # Errors raised here reach the iterator through tf.py_function, which turns ValueError
-    # (so InvalidArgumentError and TableNotFoundError) into tf.errors.InvalidArgumentError.
-    sampler = Sampler(client, table, options, emit_timesteps=timesteps,
-                      validate=_validator(table, specs))
-    empty = _empty_chunk(specs, treedef)
-    try:
-        _check_signature(table, specs, sampler.signature, timesteps)
-        while (p := sampler.next_piece(timeout=_POLL_S)) is not None:
-            if p is NOT_READY:
-                yield empty
-                continue
-            if p.columns is not None:
-                yield ReplaySample(p.info, optree.tree_unflatten(treedef, p.columns))
-                continue
-            for i, row in enumerate(p.row_data or ()):
-                info = SampleInfo(*(a[i:i + 1] for a in p.info))
-                yield ReplaySample(info, optree.tree_unflatten(treedef, [r[None] for r in row]))
-    finally:
-        sampler.close()
+class _Source:
+    """The Python side of a :class:`_ReverbDataset`: one stream per iterator, fetched from by
+    ``tf.numpy_function`` calls that return one chunk of rows each (batch dimension first).
+
+    No ``Dataset.from_generator``: TensorFlow finalizes a generator's iterator by calling back
+    into Python, which at interpreter exit printed "Error occurred when finalizing
+    GeneratorDataset iterator" once per open stream. Here a stream ends when its Sampler ends
+    (``max_samples``, a rate-limiter timeout, an error), when the dataset is garbage collected,
+    or at interpreter exit (then its iterator sees the end of the sequence).
+    """
+
+    def __init__(self, client: Client, table: str, options: SamplerOptions,
+                 specs: list[TensorSpec], timesteps: bool):
+        self._client = client
+        self._table = table
+        self._options = options
+        self._specs = specs
+        self._timesteps = timesteps
+        self._lock = threading.Lock()
+        self._streams: dict[int, _Stream] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        info = [np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES]
+        data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
+        self._empty = [np.bool_(False), *info, *data]
+        self._end = [np.bool_(True), *info, *data]
+        _SOURCES.add(self)
+        weakref.finalize(self, _close_streams, self._streams, self._lock)
+
+    def open(self) -> np.int64:
+        with self._lock:
+            sid = next(self._ids)
+            if not self._closed:
+                self._streams[sid] = _Stream()
+        return np.int64(sid)
+
+    def fetch(self, sid: Any) -> list[Any]:
+        # Errors raised here reach the iterator through tf.numpy_function, which turns
+        # ValueError (so InvalidArgumentError and TableNotFoundError) into
+        # tf.errors.InvalidArgumentError.
+        sid = int(sid)
+        stream = self._streams.get(sid)
+        if stream is None:
+            return self._end
+        if stream.rows:
+            return self._row(stream)
+        sampler = stream.sampler
+        if sampler is None:
+            sampler = stream.sampler = Sampler(self._client, self._table, self._options,
+                                               emit_timesteps=self._timesteps,
+                                               validate=_validator(self._table, self._specs))
+            try:
+                _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
+            except BaseException:
+                self._drop(sid)
+                raise
+        try:
+            p = sampler.next_piece(timeout=_POLL_S)
+        except BaseException:
+            self._drop(sid)
+            raise
+        if p is NOT_READY:
+            return self._empty
+        if p is None:
+            self._drop(sid)
+            return self._end
+        if p.columns is not None:
+            return [np.bool_(False), *p.info, *p.columns]
+        for i, row in enumerate(p.row_data or ()):
+            stream.rows.append([*(a[i:i + 1] for a in p.info), *(r[None] for r in row)])
+        return self._row(stream)
+
+    @staticmethod
+    def _row(stream: _Stream) -> list[Any]:
+        return [np.bool_(False), *stream.rows.popleft()]
+
+    def _drop(self, sid: int) -> None:
+        with self._lock:
+            stream = self._streams.pop(sid, None)
+        if stream is not None and stream.sampler is not None:
+            stream.sampler.close()
+
+    def close(self) -> None:
+        """Ends every stream (their iterators then see the end of the sequence)."""
+        with self._lock:
+            self._closed = True
+        _close_streams(self._streams, self._lock)
+
+
+def _close_streams(streams: dict[int, _Stream], lock: threading.Lock) -> None:
+    with lock:
+        samplers = [s.sampler for s in streams.values() if s.sampler is not None]
+        streams.clear()
+    for sampler in samplers:
+        sampler.close(timeout=0)
+
+
+_SOURCES: weakref.WeakSet[_Source] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_sources() -> None:
+    for source in list(_SOURCES):
+        source.close()
