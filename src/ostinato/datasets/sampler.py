@@ -161,6 +161,16 @@ class Sampler:
         for th in self._threads:
             th.start()
 
+    def set_in_flight(self, n: int) -> None:
+        """Changes ``max_in_flight_samples_per_worker`` (items per request, and per worker
+        fetched ahead of the consumer); a stream shared by several consumers grows it with them."""
+        if n < 1:
+            raise ValueError(f"in-flight samples ({n}) must be >= 1")
+        with self._cond:
+            self._inflight = int(n)
+            self._capacity = self._inflight * self.num_workers
+            self._cond.notify_all()
+
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
         """Stops the workers. Items fetched but not yet taken are discarded."""
@@ -178,6 +188,14 @@ class Sampler:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def ended(self) -> bool:
+        """True once :meth:`next_piece` has nothing more to give (it would return None or raise
+        the error that stopped the workers)."""
+        with self._cond:
+            return self._closed or not self._queue and (
+                self._live == 0 or self._ending or self._error is not None)
 
     @property
     def timed_out(self) -> bool:

@@ -278,15 +278,22 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
 _POLL_S = 0.05
 
 
-class _Stream:
-    """One iterator's stream: its Sampler (made on the first fetch) and rows not yet handed out
-    (items of different shapes go to TensorFlow one at a time)."""
+#: Consumers counted when a shared stream sizes its requests (``max_in_flight`` times this at
+#: most): iterators that were deleted never say so.
+_MAX_SHARERS = 64
 
-    __slots__ = ("sampler", "rows")
+
+class _Stream:
+    """One iterator's stream: the Sampler it reads (made on its first fetch; its own, or the
+    dataset's shared one) and rows not yet handed out (items of different shapes go to
+    TensorFlow one at a time)."""
+
+    __slots__ = ("sampler", "rows", "shared")
 
     def __init__(self) -> None:
         self.sampler: Sampler | None = None
         self.rows: collections.deque[list[np.ndarray]] = collections.deque()
+        self.shared = False
 
 
 class _Source:
@@ -298,6 +305,12 @@ class _Source:
     GeneratorDataset iterator" once per open stream. Here a stream ends when its Sampler ends
     (``max_samples``, a rate-limiter timeout, an error), when the dataset is garbage collected,
     or at interpreter exit (then its iterator sees the end of the sequence).
+
+    Without ``max_samples`` (a per-iterator limit) every iterator of the dataset reads one
+    shared Sampler, whose requests grow with the number of readers: TF-Agents interleaves up
+    to 32 copies of one dataset, and one fetcher taking ``32 * max_in_flight`` items per request
+    costs far less than 32 fetchers taking ``max_in_flight`` each (the same items are fetched
+    ahead in total). Items one reader leaves behind are handed to the next, not lost.
     """
 
     def __init__(self, client: Client, table: str, options: SamplerOptions,
@@ -311,6 +324,9 @@ class _Source:
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._closed = False
+        self._share = options.max_samples == -1
+        self._shared: Sampler | None = None
+        self._sharers = 0
         info = [np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES]
         data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
         self._empty = [np.bool_(False), *info, *data]
@@ -337,11 +353,8 @@ class _Source:
             return self._row(stream)
         sampler = stream.sampler
         if sampler is None:
-            sampler = stream.sampler = Sampler(self._client, self._table, self._options,
-                                               emit_timesteps=self._timesteps,
-                                               validate=_validator(self._table, self._specs))
             try:
-                _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
+                sampler = stream.sampler = self._sampler_for(stream)
             except BaseException:
                 self._drop(sid)
                 raise
@@ -361,6 +374,30 @@ class _Source:
             stream.rows.append([*(a[i:i + 1] for a in p.info), *(r[None] for r in row)])
         return self._row(stream)
 
+    def _new_sampler(self) -> Sampler:
+        sampler = Sampler(self._client, self._table, self._options,
+                          emit_timesteps=self._timesteps,
+                          validate=_validator(self._table, self._specs))
+        try:
+            _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
+        except BaseException:
+            sampler.close()
+            raise
+        return sampler
+
+    def _sampler_for(self, stream: _Stream) -> Sampler:
+        if not self._share:
+            return self._new_sampler()
+        with self._lock:
+            shared = self._shared
+            if shared is None or shared.ended:
+                shared = self._shared = self._new_sampler()
+                self._sharers = 0
+            self._sharers = min(self._sharers + 1, _MAX_SHARERS)
+            shared.set_in_flight(self._options.max_in_flight_samples_per_worker * self._sharers)
+        stream.shared = True
+        return shared
+
     @staticmethod
     def _row(stream: _Stream) -> list[Any]:
         return [np.bool_(False), *stream.rows.popleft()]
@@ -368,7 +405,7 @@ class _Source:
     def _drop(self, sid: int) -> None:
         with self._lock:
             stream = self._streams.pop(sid, None)
-        if stream is not None and stream.sampler is not None:
+        if stream is not None and stream.sampler is not None and not stream.shared:
             stream.sampler.close()
 
     def close(self) -> None:
@@ -380,9 +417,9 @@ class _Source:
 
 def _close_streams(streams: dict[int, _Stream], lock: threading.Lock) -> None:
     with lock:
-        samplers = [s.sampler for s in streams.values() if s.sampler is not None]
+        samplers = {id(s.sampler): s.sampler for s in streams.values() if s.sampler is not None}
         streams.clear()
-    for sampler in samplers:
+    for sampler in samplers.values():
         sampler.close(timeout=0)
 
 
