@@ -185,7 +185,6 @@ def run_loop(tf, reverb, args) -> dict:
     for _ in range(args.loop_iterations):
         iteration()
     dt = time.perf_counter() - t0
-    del iterator
     observer.close()
     server.stop()
     return {"loop_iterations_per_s": args.loop_iterations / dt}
