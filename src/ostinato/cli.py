@@ -434,7 +434,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"ostinato-server: cannot start: {e}", file=sys.stderr)
         return 1
-    print(f"ostinato-server listening on port {server.port}", flush=True)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -453,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Announced only once the handlers are in place: a signal sent on seeing this line (as
+    # process managers and the tests do) stops the server gracefully, never kills it outright.
+    print(f"ostinato-server listening on port {server.port}", flush=True)
     while not server.wait(0.5):
         pass
     return 0
