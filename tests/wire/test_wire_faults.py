@@ -97,7 +97,7 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         a.wait_line(lambda ln: ln.startswith("FLUSHED") and int(ln.split()[1]) >= 40, 30,
                     "40 flushed items")
         b.wait_line(lambda ln: ln == "FLUSHED 5", 30, "5 flushed items")
-        wait_until(lambda: server._service.active_streams == 2, 10, "both streams open")
+        wait_until(lambda: server._service.active_streams == 2, 60, "both streams open")
         time.sleep(0.2)  # let B's sixth item reach the server and block there
         assert len(server.tables_by_name["small"]) == 5
         confirmed = max(int(ln.split()[1]) for ln in a.lines if ln.startswith("FLUSHED"))
@@ -175,7 +175,7 @@ def test_in_process_server_stop_wakes_blocked_grpc_clients():
     try:
         blocked = _block_everyone(address)
         writer_child = Child(WRITER, address, "q", 3, 10, 1, 4)
-        wait_until(lambda: server._service.active_streams >= 3, 10, "child writer stream")
+        wait_until(lambda: server._service.active_streams >= 3, 60, "child writer stream")
     finally:
         t0 = time.monotonic()
         server.stop()
@@ -311,7 +311,7 @@ def test_lost_confirmation_does_not_duplicate_items():
                 if i == 4:
                     w.flush(timeout_ms=5000)
                     proxy.drop_replies.set()  # items 5..7 arrive, their confirmation does not
-            wait_until(lambda: len(table) == 8, 5, "the server to store 8 items")
+            wait_until(lambda: len(table) == 8, 60, "the server to store 8 items")
             proxy.cut()
             proxy.drop_replies.clear()
             w.flush(timeout_ms=10_000)

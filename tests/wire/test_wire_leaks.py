@@ -65,7 +65,7 @@ def test_insert_timeout_is_honoured_on_a_frozen_server(frozen_server):
     with pytest.raises(ReverbError):
         client.insert(np.zeros(2), {"q": 1.0}, timeout=1)
     assert time.monotonic() - t0 < 2.5
-    wait_until(lambda: threading.active_count() <= base, 2, "writer threads to end")
+    wait_until(lambda: threading.active_count() <= base, 30, "writer threads to end")
 
 
 def test_every_call_to_a_dead_address_fails_naming_it():
