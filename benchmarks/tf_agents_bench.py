@@ -34,7 +34,7 @@ import sys
 import time
 
 TABLE = "uniform_table"
-WORKLOADS = ("observer", "dataset", "loop")
+WORKLOADS = ("observer", "dataset", "loop", "floors")
 DEFAULT_OSTINATO_PY = os.environ.get("OSTINATO_TFA_PYTHON", ".venv-tfa/bin/python")
 DEFAULT_REVERB_PY = os.environ.get("OSTINATO_REVERB_TFA_PYTHON", "/opt/reverb-venv/bin/python")
 
@@ -190,12 +190,92 @@ def run_loop(tf, reverb, args) -> dict:
     return {"loop_iterations_per_s": args.loop_iterations / dt}
 
 
-RUNNERS = {"observer": run_observer, "dataset": run_dataset, "loop": run_loop}
+class _NoopColumn:
+    def __getitem__(self, index):
+        return self
+
+
+class _NoopWriter:
+    """A trajectory writer that stores nothing: what TF-Agents' observer costs by itself."""
+
+    def __init__(self, structure):
+        self.history = structure
+
+    def append(self, data, partial_step=False):
+        pass
+
+    def create_item(self, table, priority, trajectory):
+        pass
+
+    def flush(self, *args, **kwargs):
+        pass
+
+    def end_episode(self, *args, **kwargs):
+        pass
+
+    def close(self):
+        pass
+
+
+def run_floors(tf, reverb, args) -> dict:
+    """Floors no backend can go below: TF-Agents' observer over a writer that does nothing
+    (its own per-step Python), and TF-Agents' ``as_dataset`` pipeline (interleave of 32 streams,
+    per-element info broadcast, batch of 64, prefetch) over a source that costs nothing."""
+    from tf_agents.environments import suite_gym
+    from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
+
+    env = suite_gym.load("CartPole-v0")
+    agent = make_agent(tf, env)
+    trajs = cartpole_trajectories(env, args.observer_steps)
+    structure = tf.nest.map_structure(lambda _: _NoopColumn(), agent.collect_data_spec)
+
+    class _Client:
+        def trajectory_writer(self, *a, **k):
+            return _NoopWriter(structure)
+
+    observer = reverb_utils.ReverbAddTrajectoryObserver(_Client(), TABLE, sequence_length=2)
+    for t in trajs[:200]:
+        observer(t)
+    t0 = time.perf_counter()
+    for t in trajs:
+        observer(t)
+    observer_floor = 1e6 * (time.perf_counter() - t0) / len(trajs)
+
+    spec = agent.collect_data_spec
+    item = tf.nest.map_structure(lambda s: tf.zeros([2, *s.shape], s.dtype), spec)
+    info = reverb.SampleInfo(*(tf.zeros([], d) for d in reverb.SampleInfo.tf_dtypes()))
+
+    orig = reverb.TrajectoryDataset  # replaced by the same element at no cost
+    reverb.TrajectoryDataset = lambda *a, **k: tf.data.Dataset.from_tensors(
+        reverb.ReplaySample(info, item)).repeat()
+    try:
+        ds = reverb_replay_buffer.make_reverb_dataset(
+            "unused:0", TABLE, spec, max_in_flight_samples_per_worker=6, batch_size=64,
+            sequence_length=2, cycle_length=32, num_parallel_calls=3).prefetch(3)
+        it = iter(ds)
+        for _ in range(50):
+            next(it)
+        t0 = time.perf_counter()
+        for _ in range(args.batches):
+            next(it)
+        dataset_ceiling = args.batches / (time.perf_counter() - t0)
+    finally:
+        reverb.TrajectoryDataset = orig
+    return {"floor_observer_us_per_step": observer_floor,
+            "ceiling_dataset_batches_per_s": dataset_ceiling}
+
+
+RUNNERS = {"observer": run_observer, "dataset": run_dataset, "loop": run_loop,
+           "floors": run_floors}
 UNITS = {"observer_us_per_step": ("observer, µs per env step", "lower"),
          "dataset_batches_per_s": ("as_dataset(64, num_steps=2), batches/s", "higher"),
-         "loop_iterations_per_s": ("DQN tutorial loop, iterations/s", "higher")}
+         "loop_iterations_per_s": ("DQN tutorial loop, iterations/s", "higher"),
+         "floor_observer_us_per_step": ("floor: TF-Agents' observer over a no-op writer, µs", "lower"),
+         "ceiling_dataset_batches_per_s": ("ceiling: TF-Agents' as_dataset pipeline over a free source, batches/s", "higher")}
 TARGETS = {"observer_us_per_step": 1 / 3, "dataset_batches_per_s": 3.0,
            "loop_iterations_per_s": 1.5}
+#: Floors/ceilings are properties of TF-Agents and TensorFlow, shown once (from Ostinato's run).
+BOUNDS = ("floor_observer_us_per_step", "ceiling_dataset_batches_per_s")
 
 
 def run_here(args) -> dict:
@@ -235,7 +315,7 @@ def compare(args) -> int:
     print("| workload | Ostinato | Reverb | ratio | target |")
     print("|---|---:|---:|---:|---|")
     for key in UNITS:
-        if not runs["ostinato"] or key not in runs["ostinato"][0]:
+        if not runs["ostinato"] or key not in runs["ostinato"][0] or key in BOUNDS:
             continue
         o = statistics.median(r[key] for r in runs["ostinato"])
         v = statistics.median(r[key] for r in runs["reverb"])
@@ -245,6 +325,10 @@ def compare(args) -> int:
         met = ratio <= target if better == "lower" else ratio >= target
         tgt = f"{'≤' if better == 'lower' else '≥'} {target:.2g}×"
         print(f"| {name} | {o:,.1f} | {v:,.1f} | {ratio:.2f}× | {tgt} {'met' if met else 'MISSED'} |")
+    for key in BOUNDS:
+        vals = [r[key] for rs in runs.values() for r in rs if key in r]
+        if vals:
+            print(f"| {UNITS[key][0]} | {statistics.median(vals):,.1f} (both) | | | |")
     print("\nEvery run:")
     for impl, rs in runs.items():
         for key in UNITS:
