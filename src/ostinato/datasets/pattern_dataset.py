@@ -31,6 +31,7 @@ import numpy as np
 import optree
 import tensorflow as tf
 
+from ostinato.datasets.tf_dataset import lists_to_tuples
 from ostinato.types import ReplaySample, SampleInfo
 from ostinato.writers.pattern_validation import CompiledConfig, infer_signature
 from ostinato.writers.structured_writer import PatternEngine
@@ -63,7 +64,7 @@ class PatternDataset(tf.data.Dataset):
         configs = list(configs)
         PatternEngine(configs)  # validates before anything is built
         # tf.data has no list structures: lists become tuples (Reverb's dataset failed on them).
-        signature = _lists_to_tuples(infer_signature(configs, input_dataset.element_spec))
+        signature = lists_to_tuples(infer_signature(configs, input_dataset.element_spec))
         treespec = optree.tree_structure(signature, is_leaf=lambda x: hasattr(x, "dtype"),
                                          none_is_leaf=True)
         specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype))
@@ -88,18 +89,6 @@ class PatternDataset(tf.data.Dataset):
     @property
     def element_spec(self) -> Any:
         return self._element_spec
-
-
-def _lists_to_tuples(tree: Any) -> Any:
-    if isinstance(tree, list):
-        return tuple(_lists_to_tuples(x) for x in tree)
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return type(tree)(*(_lists_to_tuples(x) for x in tree))
-    if isinstance(tree, tuple):
-        return tuple(_lists_to_tuples(x) for x in tree)
-    if isinstance(tree, dict):
-        return type(tree)((k, _lists_to_tuples(v)) for k, v in tree.items())
-    return tree
 
 
 def pattern_dataset_with_info(input_dataset: tf.data.Dataset, configs: Sequence[Any],

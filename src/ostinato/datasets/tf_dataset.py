@@ -43,16 +43,16 @@ def _is_leaf(x: Any) -> bool:
     return isinstance(x, (tf.DType, tf.TensorShape, np.dtype, type)) or is_spec_like(x)
 
 
-def _lists_to_tuples(tree: Any) -> Any:
+def lists_to_tuples(tree: Any) -> Any:
     """Reverb converts every list in the element structure to a tuple, bottom-up."""
     if isinstance(tree, list):
-        return tuple(_lists_to_tuples(x) for x in tree)
+        return tuple(lists_to_tuples(x) for x in tree)
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return type(tree)(*(_lists_to_tuples(x) for x in tree))
+        return type(tree)(*(lists_to_tuples(x) for x in tree))
     if isinstance(tree, tuple):
-        return tuple(_lists_to_tuples(x) for x in tree)
+        return tuple(lists_to_tuples(x) for x in tree)
     if isinstance(tree, dict):
-        return type(tree)((k, _lists_to_tuples(v)) for k, v in tree.items())
+        return type(tree)((k, lists_to_tuples(v)) for k, v in tree.items())
     return tree
 
 
@@ -115,8 +115,8 @@ class _ReverbDataset(tf.data.Dataset):
                  dtypes: Any, shapes: Any, max_in_flight_samples_per_worker: int,
                  num_workers_per_iterator: int = -1, max_samples_per_stream: int = -1,
                  rate_limiter_timeout_ms: int = -1, max_samples: int = -1):
-        dtype_tree = _lists_to_tuples(dtypes)
-        shape_tree = _lists_to_tuples(shapes)
+        dtype_tree = lists_to_tuples(dtypes)
+        shape_tree = lists_to_tuples(shapes)
         flat_dtypes, dtype_def = optree.tree_flatten(dtype_tree, is_leaf=_is_leaf,
                                                      none_is_leaf=True)
         # The dtypes give the structure (their leaves are unambiguous); each shape is what
