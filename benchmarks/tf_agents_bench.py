@@ -139,17 +139,19 @@ def run_dataset(tf, reverb, args) -> dict:
         observer(t)
     observer.flush()
     ds = replay.as_dataset(num_parallel_calls=3, sample_batch_size=64, num_steps=2).prefetch(3)
-    it = iter(ds)
-    for _ in range(50):
-        next(it)
-    t0 = time.perf_counter()
-    for _ in range(args.batches):
-        next(it)
-    dt = time.perf_counter() - t0
-    del it
+    rate = _batches_per_s(iter(ds), args.batches)
     observer.close()
     server.stop()
-    return {"dataset_batches_per_s": args.batches / dt}
+    return {"dataset_batches_per_s": rate}
+
+
+def _batches_per_s(it, n: int, warmup: int = 50) -> float:
+    for _ in range(warmup):
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        next(it)
+    return n / (time.perf_counter() - t0)
 
 
 def run_loop(tf, reverb, args) -> dict:
@@ -252,13 +254,7 @@ def run_floors(tf, reverb, args) -> dict:
         ds = reverb_replay_buffer.make_reverb_dataset(
             "unused:0", TABLE, spec, max_in_flight_samples_per_worker=6, batch_size=64,
             sequence_length=2, cycle_length=32, num_parallel_calls=3).prefetch(3)
-        it = iter(ds)
-        for _ in range(50):
-            next(it)
-        t0 = time.perf_counter()
-        for _ in range(args.batches):
-            next(it)
-        dataset_ceiling = args.batches / (time.perf_counter() - t0)
+        dataset_ceiling = _batches_per_s(iter(ds), args.batches)
     finally:
         reverb.TrajectoryDataset = orig
     return {"floor_observer_us_per_step": observer_floor,
