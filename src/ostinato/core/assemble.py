@@ -113,6 +113,10 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
     template = columns(trajs[0])
     ncols = len(template)
     flat_len = 3 * ncols
+    # Every item's columns single slices (the usual case): rows are read column by column
+    # with map() instead of a Python loop over items.
+    all_flat = set(map(type, map(_first, trajs))) == {Chunk} and \
+        set(map(len, trajs)) == {flat_len}
     outs = []
     for c, (col, s) in enumerate(zip(template, sq)):
         dtype, row = chunk_spec(col[0][0])
@@ -124,7 +128,8 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
             if scalars is not _NOT_ALIKE:
                 outs.append(scalars)
                 continue
-        rows = _column_rows(trajs, c, flat_len, ncols, length)
+        rows = (_flat_column_rows(trajs, c, length) if all_flat
+                else _column_rows(trajs, c, flat_len, ncols, length))
         if rows is None:
             return None
         out = empty_aligned((n, *row) if s and not unsqueeze else (n, length, *row), dtype)
@@ -158,6 +163,19 @@ def _squeezed_scalars(trajs: list[Packed], c: int, flat_len: int, dtype: np.dtyp
     out[:] = np.fromiter(map(operator.getitem, datas, map(operator.itemgetter(j + 1), trajs)),
                          dtype, len(trajs))
     return out
+
+
+def _flat_column_rows(trajs: list[Packed], c: int, length: int) -> list[np.ndarray] | None:
+    """:func:`_column_rows` for items whose columns are all single slices."""
+    j = 3 * c
+    if set(map(operator.itemgetter(j + 2), trajs)) != {length}:
+        return None
+    chunks = list(map(operator.itemgetter(j), trajs))
+    datas = [ch.data if type(ch.data) is np.ndarray else chunk_array(ch) for ch in chunks]
+    offsets = map(operator.itemgetter(j + 1), trajs)
+    if length == 1:
+        return [d[o:o + 1] for d, o in zip(datas, offsets)]
+    return [d[o:o + length] for d, o in zip(datas, offsets)]
 
 
 def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
