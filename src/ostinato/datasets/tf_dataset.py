@@ -310,7 +310,8 @@ class _Source:
     shared Sampler, whose requests grow with the number of readers: TF-Agents interleaves up
     to 32 copies of one dataset, and one fetcher taking ``32 * max_in_flight`` items per request
     costs far less than 32 fetchers taking ``max_in_flight`` each (the same items are fetched
-    ahead in total). Items one reader leaves behind are handed to the next, not lost.
+    ahead in total). Items still in the shared queue when a reader goes are handed to the next
+    (what TensorFlow already took into a deleted iterator's buffers is gone, as with Reverb).
     """
 
     def __init__(self, client: Client, table: str, options: SamplerOptions,
