@@ -1,0 +1,54 @@
+"""RLDS datasets into tables as TF-Agents trajectories, without tf-agents.
+
+TF-Agents' ``tf_agents.replay_buffers.rlds_to_reverb`` with the same names, arguments and
+semantics, for TensorFlow >= 2.18 and without tf-agents, rlds or dm-reverb installed:
+
+* :func:`create_trajectory_data_spec` -- the :class:`Trajectory` of specs of one step;
+* :func:`create_trajectory_data_signature` -- the same with an outer time dimension of
+  ``None`` (TF-Agents' ``tensor_spec.add_outer_dim``): a table's ``signature``;
+* :func:`convert_rlds_to_trajectories` -- a ``tf.data.Dataset`` of :class:`Trajectory`, one
+  per RLDS step, built from overlapping pairs of steps (the end padded with a ``is_first``
+  step);
+* :func:`push_rlds_to_reverb` -- writes them through an observer (Ostinato's or TF-Agents'),
+  returning the number of trajectories written; :func:`push_rlds_to_table` does the same for
+  a client and a table name.
+
+``rlds_data`` is a ``tf.data.Dataset`` of RLDS episodes (dicts with a ``"steps"`` dataset),
+as TF-Agents takes, or -- beyond TF-Agents -- a ``tf.data.Dataset`` of RLDS steps.
+
+Importing this package does not import TensorFlow; the functions import it when called.
+"""
+
+from ostinato.rlds.trajectory import STEP_FEATURES, StepType, Trajectory
+
+__all__ = [
+    "STEP_FEATURES",
+    "StepType",
+    "Trajectory",
+    "convert_rlds_to_trajectories",
+    "create_trajectory_data_signature",
+    "create_trajectory_data_spec",
+    "get_rlds_step_features",
+]
+
+_LAZY = {
+    "convert_rlds_to_trajectories": "ostinato.rlds.convert",
+    "create_trajectory_data_signature": "ostinato.rlds.convert",
+    "create_trajectory_data_spec": "ostinato.rlds.convert",
+    "get_rlds_step_features": "ostinato.rlds.trajectory",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ostinato.rlds' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,48 @@
+"""ostinato.rlds against TF-Agents' rlds_to_reverb, where a TF-Agents python is found.
+
+``$OSTINATO_TFA_PYTHON``, else ``.venv-tfa`` (``scripts/test_tf_agents.sh``), else
+``/opt/tfa-venv``; run through ``python -m ostinato.as_reverb`` (TF-Agents imports reverb).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+def _python() -> str:
+    env = os.environ.get("OSTINATO_TFA_PYTHON")
+    if env:
+        return env
+    for candidate in (ROOT / ".venv-tfa" / "bin" / "python", Path("/opt/tfa-venv/bin/python")):
+        if candidate.exists():
+            return str(candidate)
+    return str(ROOT / ".venv-tfa" / "bin" / "python")
+
+
+PYTHON = _python()
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.exists(PYTHON), reason=f"no TF-Agents python at {PYTHON}"),
+]
+
+
+def test_conversion_specs_and_errors_match_tf_agents():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([PYTHON, "-m", "ostinato.as_reverb", str(HERE / "tfa_compare.py")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines and "No module named" in proc.stderr:
+        pytest.skip(f"TF-Agents python cannot run the comparison: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = lines[-1]["summary"]
+    assert summary["cases"] >= 50 and summary["failed"] == [], [
+        r for r in lines[:-1] if not r["ok"]]
