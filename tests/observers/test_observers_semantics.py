@@ -290,3 +290,19 @@ def test_padding_step():
     d = observers.padding_step({"step_type": np.int64(1), "obs": np.ones(2)})
     assert d["step_type"] == 2 and d["step_type"].dtype == np.int64
     np.testing.assert_array_equal(d["obs"], [0, 0])
+
+
+def test_reset_after_close_reopens(queue_server):
+    client = queue_server.localhost_client()
+    observer = observers.TrajectoryObserver(client, "a", 4, pad_end_of_episodes=True)
+    trajs = counting_trajectories(5, 4)
+    for t in trajs[:2]:
+        observer(t)
+    observer.close()  # the unfinished episode is dropped
+    assert observer.cached_steps == 0
+    observer.reset()  # nothing cached: reopens (TF-Agents padded into the closed writer)
+    for t in trajs[2:]:
+        observer(t)
+    observer.reset()
+    observer.close()
+    assert observations(drain(client)) == [[2, 3, 0, 0]]

@@ -162,6 +162,7 @@ class ObserverBase:
                 self._writer.close()
                 self._writer = None
                 self._gym = GymEpisode()
+                self._reset_state()
 
     def __enter__(self) -> ObserverBase:
         return self
