@@ -125,9 +125,11 @@ def test_missing_is_last_is_a_value_error():
      "Terminal step must be the last step of an episode.", "(episode 0, step 2)"),
     (lambda: episodes(steps([True, False, False], [False, True, False], [False, True, False])),
      "Last step of an episode must be followed by a first step.", "(episode 0, step 2)"),
+    # TF-Agents: "Last step of an episode must be followed by a first step." (on episode 0's
+    # last pair); here on episode 1's first pair, so that episode 0 is complete.
     (lambda: episodes(steps(*COMPLETE), steps([False, False, False], [False, False, True],
                                               [False] * 3)),
-     "Last step of an episode must be followed by a first step.", "(episode 1, step 0)"),
+     "The episode does not start with is_first", "(episode 1, step 0)"),
     # Beyond TF-Agents: the data must start with is_first.
     (lambda: episodes(steps([False, False, False], [False, False, True], [False] * 3)),
      "The episode does not start with is_first", "(episode 0, step 0)"),

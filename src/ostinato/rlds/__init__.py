@@ -29,6 +29,8 @@ __all__ = [
     "create_trajectory_data_signature",
     "create_trajectory_data_spec",
     "get_rlds_step_features",
+    "push_rlds_to_reverb",
+    "push_rlds_to_table",
 ]
 
 _LAZY = {
@@ -36,6 +38,8 @@ _LAZY = {
     "create_trajectory_data_signature": "ostinato.rlds.convert",
     "create_trajectory_data_spec": "ostinato.rlds.convert",
     "get_rlds_step_features": "ostinato.rlds.trajectory",
+    "push_rlds_to_reverb": "ostinato.rlds.push",
+    "push_rlds_to_table": "ostinato.rlds.push",
 }
 
 

@@ -137,12 +137,26 @@ def _padding_step(spec: Mapping) -> Any:
     return minus_one, minus_one, step
 
 
-def _split(value: Any) -> tuple[Any, Any]:
-    # TF-Agents' quirk, kept: a feature that is a dict is not split; both steps get the pair.
-    if isinstance(value, dict):
-        return value, value
-    return (tf.nest.map_structure(lambda v: v[0], value),
-            tf.nest.map_structure(lambda v: v[1], value))
+def _pair(i: Any, j: Any, step: Mapping) -> Any:
+    """One window of two steps (datasets) as one ``((i, i'), (j, j'), current, next)``.
+
+    Steps are not stacked, so steps of different shapes pair too. TF-Agents' quirk is kept:
+    a feature that is a dict is not split; both steps get the pair of values, stacked.
+    """
+    def first(ds: Any) -> Any:
+        return ds.take(1)
+
+    def second(ds: Any) -> Any:
+        return ds.skip(1)
+
+    cur, nxt = {}, {}
+    for key, value in step.items():
+        if isinstance(value, dict):
+            cur[key] = nxt[key] = tf.nest.map_structure(lambda d: d.batch(2), value)
+        else:
+            cur[key] = tf.nest.map_structure(first, value)
+            nxt[key] = tf.nest.map_structure(second, value)
+    return tf.data.Dataset.zip(((first(i), second(i)), (first(j), second(j)), cur, nxt))
 
 
 def _step_type(step: Mapping) -> Any:
@@ -156,7 +170,7 @@ def _where(i: Any, j: Any) -> Any:
     return tf.strings.format("(episode {}, step {})", (i, j))
 
 
-def _checks(cur: Mapping, nxt: Mapping, loc: Any, next_loc: Any) -> list:
+def _checks(cur: Mapping, nxt: Mapping, loc: Any, next_loc: Any, next_index: Any) -> list:
     """TF-Agents' three checks, in its order, then the episode-start check; lazy asserts."""
     first, last = tf.cast(cur["is_first"], tf.bool), tf.cast(cur["is_last"], tf.bool)
     terminal = tf.cast(cur["is_terminal"], tf.bool)
@@ -168,7 +182,9 @@ def _checks(cur: Mapping, nxt: Mapping, loc: Any, next_loc: Any) -> list:
         (tf.logical_not(mid) | tf.logical_not(next_first),
          "Mid step should not be followed by a first step. The episode does not end with "
          "is_last:", loc),
-        (tf.logical_not(last) | next_first,
+        # A next step that starts an episode of an episodes dataset is left to the
+        # episode-start check on the next pair, so that this episode is complete.
+        (tf.logical_not(last) | next_first | tf.equal(next_index, 0),
          "Last step of an episode must be followed by a first step. This step does not start "
          "an episode with is_first:", next_loc),
     ]
@@ -181,15 +197,11 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None) -
     spec = _step_spec(rlds_data)
     steps = _indexed_steps(rlds_data)
     steps = steps.concatenate(tf.data.Dataset.from_tensors(_padding_step(spec)))
-    pairs = steps.window(2, shift=1, drop_remainder=True).flat_map(
-        lambda *w: tf.data.Dataset.zip(w).batch(2, drop_remainder=True))
+    pairs = steps.window(2, shift=1, drop_remainder=True).flat_map(_pair)
 
-    def to_trajectory(i: Any, j: Any, pair: Mapping) -> Any:
-        cur, nxt = {}, {}
-        for key, value in pair.items():
-            cur[key], nxt[key] = _split(value)
+    def to_trajectory(i: Any, j: Any, cur: dict, nxt: dict) -> Any:
         first = tf.cast(cur["is_first"], tf.bool)
-        asserts = _checks(cur, nxt, _where(i[0], j[0]), _where(i[1], j[1]))
+        asserts = _checks(cur, nxt, _where(i[0], j[0]), _where(i[1], j[1]), j[1])
         # Beyond TF-Agents: an episode (and the data) must start with is_first.
         asserts.append(tf.debugging.Assert(
             tf.not_equal(j[0], 0) | first,
