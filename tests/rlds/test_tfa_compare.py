@@ -35,10 +35,14 @@ pytestmark = [
 ]
 
 
-def test_conversion_specs_and_errors_match_tf_agents():
+def _run(script: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([PYTHON, "-m", "ostinato.as_reverb", str(HERE / "tfa_compare.py")],
+    return subprocess.run([PYTHON, "-m", "ostinato.as_reverb", str(HERE / script)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+
+
+def test_conversion_specs_errors_and_pushes_match_tf_agents():
+    proc = _run("tfa_compare.py")
     lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines and "No module named" in proc.stderr:
         pytest.skip(f"TF-Agents python cannot run the comparison: {proc.stderr[-300:]}")
@@ -46,3 +50,10 @@ def test_conversion_specs_and_errors_match_tf_agents():
     summary = lines[-1]["summary"]
     assert summary["cases"] >= 50 and summary["failed"] == [], [
         r for r in lines[:-1] if not r["ok"]]
+
+
+def test_tf_agents_own_rlds_tests_pass_on_ostinato():
+    """TF-Agents' rlds_to_reverb_test.py with its functions replaced by ostinato.rlds's."""
+    proc = _run("tfa_own_tests.py")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout

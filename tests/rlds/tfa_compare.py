@@ -151,8 +151,53 @@ def run_invalid(name, make, eager):
     return out
 
 
+def drain(client):
+    out = []
+    for _ in range(client.server_info()["t"].current_size):
+        batch = client.sample_batch("t", 1)
+        out.append([np.asarray(x[0]).tolist() for x in tf.nest.flatten(batch.data)])
+    return out
+
+
+def run_push(name, make):
+    """TF-Agents' push through TF-Agents' observer vs ours through Ostinato's: same items."""
+    from tf_agents.replay_buffers import reverb_utils
+
+    import ostinato as reverb
+    from ostinato import observers
+
+    results = []
+    configs = {
+        "traj2": (lambda c: reverb_utils.ReverbAddTrajectoryObserver(c, "t", 2),
+                  lambda c: observers.TrajectoryObserver(c, "t", 2)),
+        "traj3_pad": (lambda c: reverb_utils.ReverbAddTrajectoryObserver(
+                          c, "t", 3, pad_end_of_episodes=True),
+                      lambda c: observers.TrajectoryObserver(c, "t", 3, pad_end_of_episodes=True)),
+        "episode": (lambda c: reverb_utils.ReverbAddEpisodeObserver(c, "t", 10),
+                    lambda c: observers.EpisodeObserver(c, "t", 10)),
+    }
+    signature = tensor_spec.add_outer_dim(tfa.create_trajectory_data_spec(make()))
+    for config, (theirs, mine) in configs.items():
+        got = []
+        for push, observer in ((tfa.push_rlds_to_reverb, theirs),
+                               (ours.push_rlds_to_reverb, mine)):
+            server = reverb.Server([reverb.Table.queue("t", 1000, signature=signature)])
+            client = reverb.Client(f"localhost:{server.port}")
+            obs = observer(client)
+            count = push(make(), obs)
+            obs.flush()
+            got.append((count, drain(client)))
+            server.stop()
+        ok = got[0] == got[1]
+        results.append({"case": f"{name}/push_{config}", "ok": ok, "n": got[0][0],
+                        "items": len(got[0][1]), "detail": None if ok else got})
+    return results
+
+
 def main():
     results = []
+    for name in ("complete", "truncated", "single_step", "multiple", "many"):
+        results += run_push(name, VALID[name])
     for name, make in VALID.items():
         results += run_valid(name, make)
     for name, make in INVALID.items():

@@ -77,7 +77,11 @@ def check_table_signature(table_signature: Any, rlds_data: Any,
                          names=False) is None:
                 why = None
     if why is not None:
-        raise ValueError(f"{_MISMATCH} ({why})")
+        err = ValueError(_MISMATCH)  # TF-Agents' message, exactly; the difference as a note
+        err.detail = why  # type: ignore[attr-defined]
+        if hasattr(err, "add_note"):
+            err.add_note(why)
+        raise err
 
 
 class _Progress:
