@@ -137,26 +137,24 @@ def _padding_step(spec: Mapping) -> Any:
     return minus_one, minus_one, step
 
 
-def _pair(i: Any, j: Any, step: Mapping) -> Any:
-    """One window of two steps (datasets) as one ``((i, i'), (j, j'), current, next)``.
+def _pairs(steps: Any) -> Any:
+    """``((i, j, current), (i', j', next))`` for each two consecutive elements, in one pass.
 
-    Steps are not stacked, so steps of different shapes pair too. TF-Agents' quirk is kept:
-    a feature that is a dict is not split; both steps get the pair of values, stacked.
+    Steps are not stacked, so steps of different shapes pair too.
     """
-    def first(ds: Any) -> Any:
-        return ds.take(1)
+    start = tf.nest.map_structure(_zeros, steps.element_spec)
+    return steps.scan(start, lambda prev, cur: (cur, (prev, cur))).skip(1)
 
-    def second(ds: Any) -> Any:
-        return ds.skip(1)
 
-    cur, nxt = {}, {}
-    for key, value in step.items():
+def _stack_dicts(cur: Mapping, nxt: Mapping) -> tuple[dict, dict]:
+    """TF-Agents' quirk, kept: a feature that is a dict is not split; both steps get the
+    pair of values, stacked."""
+    cur, nxt = dict(cur), dict(nxt)
+    for key, value in cur.items():
         if isinstance(value, dict):
-            cur[key] = nxt[key] = tf.nest.map_structure(lambda d: d.batch(2), value)
-        else:
-            cur[key] = tf.nest.map_structure(first, value)
-            nxt[key] = tf.nest.map_structure(second, value)
-    return tf.data.Dataset.zip(((first(i), second(i)), (first(j), second(j)), cur, nxt))
+            cur[key] = nxt[key] = tf.nest.map_structure(lambda a, b: tf.stack([a, b]), value,
+                                                        nxt[key])
+    return cur, nxt
 
 
 def _step_type(step: Mapping) -> Any:
@@ -197,9 +195,11 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None) -
     spec = _step_spec(rlds_data)
     steps = _indexed_steps(rlds_data)
     steps = steps.concatenate(tf.data.Dataset.from_tensors(_padding_step(spec)))
-    pairs = steps.window(2, shift=1, drop_remainder=True).flat_map(_pair)
+    pairs = _pairs(steps)
 
-    def to_trajectory(i: Any, j: Any, cur: dict, nxt: dict) -> Any:
+    def to_trajectory(current: Any, following: Any) -> Any:
+        i, j = (current[0], following[0]), (current[1], following[1])
+        cur, nxt = _stack_dicts(current[2], following[2])
         first = tf.cast(cur["is_first"], tf.bool)
         asserts = _checks(cur, nxt, _where(i[0], j[0]), _where(i[1], j[1]), j[1])
         # Beyond TF-Agents: an episode (and the data) must start with is_first.
