@@ -116,6 +116,11 @@ def run_valid(name, make):
         b = [to_lists(t) for t in ours.convert_rlds_to_trajectories(make(), fn)]
         results.append({"case": f"{name}/{fn_name}", "ok": a == b, "n": len(a),
                         "detail": None if a == b else {"tfa": a, "ours": b}})
+    for fn_name, fn in (("none", None), ("policy_fn", policy_fn)):
+        ea = spec_tuple(tfa.convert_rlds_to_trajectories(make(), fn).element_spec)
+        eb = spec_tuple(ours.convert_rlds_to_trajectories(make(), fn).element_spec)
+        results.append({"case": f"{name}/element_spec_{fn_name}", "ok": ea == eb,
+                        "detail": None if ea == eb else [ea, eb]})
     sa = spec_tuple(tfa.create_trajectory_data_spec(make()))
     sb = spec_tuple(ours.create_trajectory_data_spec(make()))
     eq = tfa.create_trajectory_data_spec(make()) == tuple(ours.create_trajectory_data_spec(make()))

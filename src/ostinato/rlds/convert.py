@@ -146,14 +146,19 @@ def _pairs(steps: Any) -> Any:
     return steps.scan(start, lambda prev, cur: (cur, (prev, cur))).skip(1)
 
 
+def _stack_pair(a: Any, b: Any) -> Any:
+    # Leading dimension unknown, as TF-Agents' sliding-window batch gives it.
+    pair = tf.stack([a, b])
+    return tf.raw_ops.PlaceholderWithDefault(input=pair, shape=[None, *pair.shape[1:]])
+
+
 def _stack_dicts(cur: Mapping, nxt: Mapping) -> tuple[dict, dict]:
     """TF-Agents' quirk, kept: a feature that is a dict is not split; both steps get the
     pair of values, stacked."""
     cur, nxt = dict(cur), dict(nxt)
     for key, value in cur.items():
         if isinstance(value, dict):
-            cur[key] = nxt[key] = tf.nest.map_structure(lambda a, b: tf.stack([a, b]), value,
-                                                        nxt[key])
+            cur[key] = nxt[key] = tf.nest.map_structure(_stack_pair, value, nxt[key])
     return cur, nxt
 
 
