@@ -147,3 +147,25 @@ def test_progress_quiet_by_default_and_summary_when_asked(make_server, capsys):
     rlds.push_rlds_to_table(multiple(), client, "t", progress=True)
     err = capsys.readouterr().err
     assert "Pushed 7 steps (3 episodes)" in err and "steps/s" in err
+
+
+def test_many_steps_across_read_batches(make_server):
+    # 3 episodes of 150 steps: more than one of push's read batches (256 trajectories).
+    n = 150
+    flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
+
+    def episode(k):
+        return tf.data.Dataset.from_tensor_slices(dict(
+            observation=np.arange(n, dtype=np.float32)[:, None] + 1000 * k,
+            action=np.zeros((n, 1), np.float32), reward=np.ones(n, np.float32),
+            discount=np.ones(n, np.float32), is_first=flags[0], is_last=flags[1],
+            is_terminal=flags[2]))
+
+    data = episodes(*[episode(k) for k in range(3)])
+    server = make_server(queue(rlds.create_trajectory_data_signature(data)))
+    client = server.localhost_client()
+    assert rlds.push_rlds_to_table(data, client, "t", progress=False) == 3 * n
+    items = drain(client)
+    assert len(items) == 3 * (n - 1)
+    expected = [[[1000 * k + t], [1000 * k + t + 1]] for k in range(3) for t in range(n - 1)]
+    assert [item[1] for item in items] == expected

@@ -173,30 +173,38 @@ def _where(i: Any, j: Any) -> Any:
     return tf.strings.format("(episode {}, step {})", (i, j))
 
 
-def _checks(cur: Mapping, nxt: Mapping, loc: Any, next_loc: Any, next_index: Any) -> list:
-    """TF-Agents' three checks, in its order, then the episode-start check; lazy asserts."""
+def _rules(cur: Mapping, nxt: Mapping, i: Any, j: Any) -> list:
+    """``(ok, message)`` per check: TF-Agents' three, in its order, then the episode start."""
     first, last = tf.cast(cur["is_first"], tf.bool), tf.cast(cur["is_last"], tf.bool)
     terminal = tf.cast(cur["is_terminal"], tf.bool)
     next_first = tf.cast(nxt["is_first"], tf.bool)
     mid = tf.logical_not(first) & tf.logical_not(last)
+    here, there = _where(i[0], j[0]), _where(i[1], j[1])
     rules = [
         (tf.logical_not(terminal) | last,
-         "Terminal step must be the last step of an episode.", loc),
+         "Terminal step must be the last step of an episode.", here),
         (tf.logical_not(mid) | tf.logical_not(next_first),
          "Mid step should not be followed by a first step. The episode does not end with "
-         "is_last:", loc),
+         "is_last:", here),
         # A next step that starts an episode of an episodes dataset is left to the
         # episode-start check on the next pair, so that this episode is complete.
-        (tf.logical_not(last) | next_first | tf.equal(next_index, 0),
+        (tf.logical_not(last) | next_first | tf.equal(j[1], 0),
          "Last step of an episode must be followed by a first step. This step does not start "
-         "an episode with is_first:", next_loc),
+         "an episode with is_first:", there),
+        # Beyond TF-Agents: an episode (and the data) must start with is_first.
+        (tf.not_equal(j[0], 0) | first, "The episode does not start with is_first:", here),
     ]
-    return [tf.debugging.Assert(ok, [tf.strings.join([message, where], separator=" ")])
+    return [(ok, tf.strings.join([message, where], separator=" "))
             for ok, message, where in rules]
 
 
-def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None) -> Any:
-    """``(episode_index, step_index, Trajectory)`` for every RLDS step (checks are lazy)."""
+def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *,
+                          lazy_errors: bool = True) -> Any:
+    """``(episode_index, step_index, error, Trajectory)`` for every RLDS step.
+
+    ``error`` is the first failing check's message (``b""`` when the step is fine); with
+    ``lazy_errors`` the iterator raises ``InvalidArgumentError`` with it instead.
+    """
     spec = _step_spec(rlds_data)
     steps = _indexed_steps(rlds_data)
     steps = steps.concatenate(tf.data.Dataset.from_tensors(_padding_step(spec)))
@@ -205,13 +213,13 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None) -
     def to_trajectory(current: Any, following: Any) -> Any:
         i, j = (current[0], following[0]), (current[1], following[1])
         cur, nxt = _stack_dicts(current[2], following[2])
-        first = tf.cast(cur["is_first"], tf.bool)
-        asserts = _checks(cur, nxt, _where(i[0], j[0]), _where(i[1], j[1]), j[1])
-        # Beyond TF-Agents: an episode (and the data) must start with is_first.
-        asserts.append(tf.debugging.Assert(
-            tf.not_equal(j[0], 0) | first,
-            [tf.strings.join(["The episode does not start with is_first:",
-                              _where(i[0], j[0])], separator=" ")]))
+        rules = _rules(cur, nxt, i, j)
+        error, asserts = tf.constant(""), []
+        if lazy_errors:
+            asserts = [tf.debugging.Assert(ok, [message]) for ok, message in rules]
+        else:
+            for ok, message in reversed(rules):  # the first failing check's message
+                error = tf.where(ok, error, message)
         with tf.control_dependencies(asserts):
             step_type = tf.identity(_step_type(cur))
             next_step_type = _step_type(nxt)
@@ -224,7 +232,7 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None) -
         complete = tf.cast(cur["is_last"], tf.bool) & tf.cast(cur["is_terminal"], tf.bool)
         discount = cur["discount"]
         discount = tf.where(complete, tf.zeros_like(discount), discount)
-        return i[0], j[0], Trajectory(
+        return i[0], j[0], error, Trajectory(
             step_type=step_type,
             observation=cur["observation"],
             action=cur["action"],
@@ -262,4 +270,4 @@ def convert_rlds_to_trajectories(rlds_data: Any,
         last step not followed by a first step) and, beyond TF-Agents, an episode (or the
         data) that does not start with ``is_first``; each names ``(episode E, step S)``.
     """
-    return _indexed_trajectories(rlds_data, policy_info_fn).map(lambda i, j, t: t)
+    return _indexed_trajectories(rlds_data, policy_info_fn).map(lambda i, j, e, t: t)

@@ -72,7 +72,7 @@ def check_table_signature(table_signature: Any, rlds_data: Any,
     if why is not None and policy_info_fn is not None and hasattr(table_signature, "_replace"):
         # The rest as expected and policy_info with the function's shapes and dtypes.
         if _mismatch(table_signature._replace(policy_info=()), expected) is None:
-            element = _indexed_trajectories(rlds_data, policy_info_fn).element_spec[2]
+            element = _indexed_trajectories(rlds_data, policy_info_fn).element_spec[3]
             if _mismatch(table_signature.policy_info, add_outer_dim(element.policy_info),
                          names=False) is None:
                 why = None
@@ -125,11 +125,24 @@ def _shapes(traj: Any) -> list[tuple[int, ...]]:
     return [np.shape(x) for _, x in _flat(traj)]
 
 
-def _assertion_text(err: Any) -> str:
-    text = getattr(err, "message", str(err))
-    if "assertion failed: [" in text:
-        text = text.split("assertion failed: [", 1)[1].split("]\n", 1)[0].rstrip("]")
-    return text
+_BATCH = 256
+
+
+def _fully_defined(dataset: Any) -> bool:
+    return all(s.shape.is_fully_defined() for s in tf.nest.flatten(dataset.element_spec))
+
+
+def _elements(dataset: Any) -> Any:
+    """``(episode, step, error, trajectory)`` as numpy, read from TensorFlow in batches when
+    every shape is fully known (tf.data's per-element Python cost is paid once a batch)."""
+    if not _fully_defined(dataset):
+        yield from dataset.as_numpy_iterator()
+        return
+    for episodes, steps, errors, trajs in dataset.batch(_BATCH).as_numpy_iterator():
+        leaves, treedef = optree.tree_flatten(trajs, none_is_leaf=False)
+        for k in range(len(episodes)):
+            yield (episodes[k], steps[k], errors[k],
+                   optree.tree_unflatten(treedef, [leaf[k] for leaf in leaves]))
 
 
 def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
@@ -170,7 +183,8 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
         check_table_signature(get_signature(), rlds_data, policy_info_fn)
     else:
         create_trajectory_data_spec(rlds_data)  # the eager ValueErrors
-    dataset = _indexed_trajectories(rlds_data, policy_info_fn)
+    dataset = _indexed_trajectories(rlds_data, policy_info_fn, lazy_errors=False)
+    check_shapes = not _fully_defined(dataset)  # else tf.data guarantees them
     bar = _Progress(progress)
     written = episodes = 0
     pending: list[Any] = []
@@ -188,30 +202,27 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
         bar.update(written, episodes)
 
     try:
-        iterator = dataset.as_numpy_iterator()
-        while True:
-            try:
-                episode, step, traj = next(iterator)
-            except StopIteration:
-                break
-            except tf.errors.InvalidArgumentError as err:
+        for episode, step, error, traj in _elements(dataset):
+            if error:
                 raise tf.errors.InvalidArgumentError(
                     None, None,
-                    f"{_assertion_text(err)} -- nothing of this episode was written; "
-                    f"{written} trajectories of {episodes} earlier episodes were.") from err
+                    f"{error.decode()} -- nothing of this episode was written; "
+                    f"{written} trajectories of {episodes} earlier episodes were.")
             if episode != pending_episode and pending:
                 deliver()
             pending_episode = episode
-            got = _shapes(traj)
-            if shapes is None:
-                shapes = got
-            elif got != shapes:
-                paths = [p for p, _ in _flat(traj)]
-                path, a, b = next((p, a, b) for p, a, b in zip(paths, got, shapes) if a != b)
-                raise ValueError(
-                    f"Inconsistent shapes (episode {episode}, step {step}): {path} has shape "
-                    f"{a}, but earlier steps have {b}. Nothing of this episode was written; "
-                    f"{written} trajectories of {episodes} earlier episodes were.")
+            if check_shapes:
+                got = _shapes(traj)
+                if shapes is None:
+                    shapes = got
+                elif got != shapes:
+                    paths = [p for p, _ in _flat(traj)]
+                    path, a, b = next((p, a, b) for p, a, b in zip(paths, got, shapes)
+                                      if a != b)
+                    raise ValueError(
+                        f"Inconsistent shapes (episode {episode}, step {step}): {path} has "
+                        f"shape {a}, but earlier steps have {b}. Nothing of this episode was "
+                        f"written; {written} trajectories of {episodes} earlier episodes were.")
             pending.append(traj)
             if traj.step_type == StepType.LAST:  # the episode's boundary: it is complete
                 deliver()
