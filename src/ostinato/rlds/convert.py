@@ -268,6 +268,17 @@ def convert_rlds_to_trajectories(rlds_data: Any,
       tf.errors.InvalidArgumentError: while iterating, for a malformed episode: TF-Agents'
         messages (a terminal step that is not last, a mid step followed by a first step, a
         last step not followed by a first step) and, beyond TF-Agents, an episode (or the
-        data) that does not start with ``is_first``; each names ``(episode E, step S)``.
+        data) that does not start with ``is_first``; each names ``(episode E, step S)``
+        (episode: its index in ``rlds_data``, or, for a dataset of steps, the count of
+        ``is_first`` steps before it; step: its index in the episode). Where an episode of
+        a dataset of episodes does not start with ``is_first`` after a last step, TF-Agents
+        reports "Last step of an episode must be followed by a first step." on the previous
+        episode's last step; here "The episode does not start with is_first" is reported
+        on the episode's first step, one trajectory later.
+
+    Dataset elements keep TF-Agents' quirk: a step feature that is itself a dict is not
+    split; both steps of the pair get it stacked (a leading dimension of 2). Steps whose
+    shapes differ (a spec with ``None`` dimensions) pair here, where TF-Agents' batching
+    fails.
     """
     return _indexed_trajectories(rlds_data, policy_info_fn).map(lambda i, j, e, t: t)
