@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _observer_helpers import FIRST, LAST, MID, Trajectory, counting_trajectories, drain
 
-from conftest import FIRST, LAST, MID, Trajectory, counting_trajectories, drain
 from ostinato import observers
 
 gym = pytest.importorskip("gymnasium")

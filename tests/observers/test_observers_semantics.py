@@ -7,8 +7,16 @@ import math
 
 import numpy as np
 import pytest
+from _observer_helpers import (
+    FIRST,
+    LAST,
+    MID,
+    Trajectory,
+    counting_trajectories,
+    drain,
+    observations,
+)
 
-from conftest import FIRST, LAST, MID, Trajectory, counting_trajectories, drain, observations
 from ostinato import observers
 from ostinato.observers import GymEpisode, StepType
 

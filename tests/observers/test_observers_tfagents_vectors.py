@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import ostinato as reverb
-from conftest import (
+from _observer_helpers import (
     FIRST,
     LAST,
     MID,
@@ -20,6 +18,8 @@ from conftest import (
     drain,
     observations,
 )
+
+import ostinato as reverb
 from ostinato import observers
 
 
