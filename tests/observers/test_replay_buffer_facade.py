@@ -256,3 +256,16 @@ def test_observers_end_to_end_to_dataset(queue_server):
     data, info = batches[0]
     assert data["observation"].shape == (16, 2, 4) and info.key.shape == (16, 2)
     observer.close()
+
+
+def test_torch_dataloader_worker_processes(uniform):
+    torch = pytest.importorskip("torch")
+    _write(uniform.localhost_client(), "u", [[i, i + 1] for i in range(10)])
+    rb = observers.ReplayBuffer(SPEC, "u", 2, local_server=uniform)
+    loader = torch.utils.data.DataLoader(rb.as_dataset(4, framework="torch"), batch_size=None,
+                                         num_workers=1, multiprocessing_context="spawn")
+    it = iter(loader)
+    data, info = next(it)  # the worker reached the server over gRPC
+    assert data.shape == (4, 2) and ((data[:, 1] - data[:, 0]) == 1).all()
+    assert info.key.dtype == torch.uint64
+    del it

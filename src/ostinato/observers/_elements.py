@@ -200,52 +200,8 @@ class JaxDataset(NumpyDataset):
         return optree.tree_unflatten(treedef, leaves), info
 
 
-_TORCH_CLASS: Any = None
-
-
 def torch_dataset(plan: ElementPlan, device: Any = None) -> Any:
     """A ``torch.utils.data.IterableDataset`` of ``(data, info)`` tensor elements."""
-    global _TORCH_CLASS
-    if _TORCH_CLASS is None:
-        _TORCH_CLASS = _make_torch_class()
-    return _TORCH_CLASS(plan, device)
+    from ostinato.observers._torch_elements import TorchElements
 
-
-def _make_torch_class() -> Any:
-    import torch
-    from torch.utils.data import IterableDataset, get_worker_info
-
-    from ostinato.datasets.torch_dataset import _network_client
-
-    class TorchElements(IterableDataset):
-        """``(data, info)`` elements as torch tensors (CPU tensors share the numpy memory).
-
-        Give ``DataLoader`` ``batch_size=None``: elements are already batches. In
-        ``DataLoader`` worker processes the server is reached over gRPC at its address.
-        """
-
-        def __init__(self, plan: ElementPlan, device: Any):
-            super().__init__()
-            self.plan = plan
-            self.device = None if device is None else torch.device(device)
-            if self.device is not None and self.device.type == "cuda" and \
-                    not torch.cuda.is_available():
-                raise ValueError(f"device ({device!r}) needs CUDA, but torch.cuda.is_available() "
-                                 "is False")
-
-        def _tensor(self, a: Any) -> Any:
-            a = np.asarray(a)
-            if a.dtype.kind == "O":  # strings stay numpy (torch has no string tensor)
-                return a
-            t = torch.from_numpy(np.ascontiguousarray(a))
-            return t if self.device is None else t.to(self.device)
-
-        def __iter__(self) -> Iterator[tuple[Any, SampleInfo]]:
-            plan = self.plan
-            if get_worker_info() is not None:
-                plan = dataclasses.replace(plan, client=_network_client(plan.client))
-            for data, info in elements(plan):
-                yield (optree.tree_map(self._tensor, data, none_is_leaf=False),
-                       SampleInfo(*map(self._tensor, info)))
-
-    return TorchElements
+    return TorchElements(plan, device)
