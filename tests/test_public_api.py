@@ -12,7 +12,7 @@ REVERB_NAMES = {
     "PatternDataset", "structured", "structured_writer",
 }
 OSTINATO_NAMES = {"errors", "datasets", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
-                  "install_as_reverb",
+                  "install_as_reverb", "observers", "rlds",
                   "TableExtensionBase"}
 
 

@@ -24,7 +24,10 @@ _LAZY = {"TrajectoryDataset": "ostinato.datasets.tf_dataset",
          "TimestepDataset": "ostinato.datasets.tf_dataset",
          "TFClient": "ostinato.datasets.tf_client",
          "PatternDataset": "ostinato.datasets.pattern_dataset",
-         "datasets": "ostinato.datasets"}
+         "datasets": "ostinato.datasets",
+         "observers": "ostinato.observers",
+         "rlds": "ostinato.rlds"}
+_LAZY_MODULES = {"datasets", "observers", "rlds"}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes
@@ -34,7 +37,7 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes
     if module is None:
         raise AttributeError(f"module 'ostinato' has no attribute {name!r}")
     mod = importlib.import_module(module)
-    value = mod if name == "datasets" else getattr(mod, name)
+    value = mod if name in _LAZY_MODULES else getattr(mod, name)
     globals()[name] = value
     return value
 
@@ -65,6 +68,8 @@ __all__ = [
     "Writer",
     "checkpointers",
     "install_as_reverb",
+    "observers",
+    "rlds",
     "datasets",
     "errors",
     "rate_limiters",
