@@ -9,39 +9,17 @@ has it), else ``/opt/tfa-venv``; through ``python -m ostinato.as_reverb`` so tha
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from tfa_runner import MARKS, run_as_reverb
 
 HERE = Path(__file__).parent
-ROOT = HERE.parent.parent
-
-
-def _python() -> str:
-    env = os.environ.get("OSTINATO_TFA_PYTHON")
-    if env:
-        return env
-    for candidate in (ROOT / ".venv-tfa" / "bin" / "python", Path("/opt/tfa-venv/bin/python")):
-        if candidate.exists():
-            return str(candidate)
-    return str(ROOT / ".venv-tfa" / "bin" / "python")
-
-
-PYTHON = _python()
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(PYTHON), reason=f"no TF-Agents python at {PYTHON}"),
-]
+pytestmark = MARKS
 
 
 def _run(script: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([PYTHON, "-m", "ostinato.as_reverb", str(HERE / script)],
-                          capture_output=True, text=True, timeout=600, env=env,
-                          cwd=ROOT)
+    return run_as_reverb(HERE / script)
 
 
 def test_items_match_tf_agents_observers():
