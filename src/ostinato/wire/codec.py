@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import Any
 
 import msgpack
@@ -295,26 +296,28 @@ def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple
         raise DecodeError(f"segment payload does not match its dtype/shape: {e}") from None
 
 
-_ZC: Any = None
-_ZD: Any = None
+#: zstandard's compressor and decompressor objects must not be used by two threads at once (a
+#: server encodes samples on several RPC threads, a client decodes on several sampler workers:
+#: a shared one produced corrupt frames, "Destination buffer is too small"); one per thread.
+_zstd_local = threading.local()
 
 
 def _zstd_compressor() -> Any:
-    global _ZC
-    if _ZC is None:
+    c = getattr(_zstd_local, "c", None)
+    if c is None:
         import zstandard
 
-        _ZC = zstandard.ZstdCompressor(level=1)
-    return _ZC
+        c = _zstd_local.c = zstandard.ZstdCompressor(level=1)
+    return c
 
 
 def _zstd_decompressor() -> Any:
-    global _ZD
-    if _ZD is None:
+    d = getattr(_zstd_local, "d", None)
+    if d is None:
         import zstandard
 
-        _ZD = zstandard.ZstdDecompressor()
-    return _ZD
+        d = _zstd_local.d = zstandard.ZstdDecompressor()
+    return d
 
 
 # -- signatures (nests of specs) -----------------------------------------------------------------
