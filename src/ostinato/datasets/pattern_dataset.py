@@ -31,13 +31,13 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from ostinato.datasets.tf_dataset import lists_to_tuples
+from ostinato.datasets.tf_dataset import WrappedDataset, lists_to_tuples
 from ostinato.types import ReplaySample, SampleInfo
 from ostinato.writers.pattern_validation import CompiledConfig, infer_signature
 from ostinato.writers.structured_writer import PatternEngine
 
 
-class PatternDataset(tf.data.Dataset):
+class PatternDataset(WrappedDataset):
     """A ``tf.data.Dataset`` of the items that ``configs`` make from the steps of a dataset.
 
     Args:
@@ -79,16 +79,8 @@ class PatternDataset(tf.data.Dataset):
         steps = tf.data.Dataset.zip((input_dataset, ends))
         generator = functools.partial(_generate, steps, configs, bool(respect_episode_boundaries))
         flat = tf.data.Dataset.from_generator(generator, output_signature=tuple(specs))
-        self._element_spec = optree.tree_unflatten(treespec, specs)
-        self._inner = flat.map(lambda *cols: optree.tree_unflatten(treespec, list(cols)))
-        super().__init__(self._inner._variant_tensor)
-
-    def _inputs(self) -> list[tf.data.Dataset]:
-        return [self._inner]
-
-    @property
-    def element_spec(self) -> Any:
-        return self._element_spec
+        self._wrap(flat.map(lambda *cols: optree.tree_unflatten(treespec, list(cols))),
+                   optree.tree_unflatten(treespec, specs))
 
 
 def pattern_dataset_with_info(input_dataset: tf.data.Dataset, configs: Sequence[Any],

@@ -106,7 +106,24 @@ def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.Ten
     return ds.unbatch()
 
 
-class _ReverbDataset(tf.data.Dataset):
+class WrappedDataset(tf.data.Dataset):
+    """A ``tf.data.Dataset`` subclass that is an inner pipeline under its own element spec
+    (Reverb's datasets are classes users construct; ours build a pipeline and present it)."""
+
+    def _wrap(self, inner: tf.data.Dataset, element_spec: Any) -> None:
+        self._inner = inner
+        self._element_spec = element_spec
+        super().__init__(inner._variant_tensor)
+
+    def _inputs(self) -> list[tf.data.Dataset]:
+        return [self._inner]
+
+    @property
+    def element_spec(self) -> Any:
+        return self._element_spec
+
+
+class _ReverbDataset(WrappedDataset):
     """Shared implementation; see :class:`TrajectoryDataset`."""
 
     _EMIT_TIMESTEPS = False
@@ -147,18 +164,10 @@ class _ReverbDataset(tf.data.Dataset):
         data_spec = optree.tree_unflatten(
             dtype_def, [tf.TensorSpec(s, d) for s, d in zip(tf_shapes, tf_dtypes)])
         info_spec = SampleInfo(*(tf.TensorSpec([], d) for d in _INFO_DTYPES))
-        self._element_spec = ReplaySample(info=info_spec, data=data_spec)
         self._source = _Source(self._client, self._table, self._options, self._specs,
                                self._EMIT_TIMESTEPS)
-        self._inner = _stream_dataset(self._source, tf_dtypes, tf_shapes, dtype_def)
-        super().__init__(self._inner._variant_tensor)
-
-    def _inputs(self) -> list[tf.data.Dataset]:
-        return [self._inner]
-
-    @property
-    def element_spec(self) -> Any:
-        return self._element_spec
+        self._wrap(_stream_dataset(self._source, tf_dtypes, tf_shapes, dtype_def),
+                   ReplaySample(info=info_spec, data=data_spec))
 
     @classmethod
     def from_table_signature(cls, server_address: str | Client, table: str,
