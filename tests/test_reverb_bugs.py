@@ -110,7 +110,7 @@ def test_key_collision_does_not_turn_insert_into_update(make_server):
     """§4.2.10: an item whose random key collided silently updated the existing item."""
     table = _prioritized()
     make_server(table)
-    from ostinato.core.chunk_store import Chunk
+    from ostinato.core.chunks import Chunk
 
     c = Chunk(1, np.zeros((1, 1)), 0)
     table.insert(42, 1.0, (c, 0, 1), (False,), assign=False)

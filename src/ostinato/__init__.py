@@ -9,10 +9,12 @@ from ostinato import structured_writer as structured
 from ostinato.client import Client
 from ostinato.compat import install_as_reverb
 from ostinato.core.extensions import TableExtension
+from ostinato.core.specs import TensorSpec
 from ostinato.core.table import Table
+from ostinato.core.table_info import TableInfo
 from ostinato.errors import DeadlineExceededError, RateLimiterTimeout, ReverbError
+from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.server import Server, ServerTLS, TableExtensionBase
-from ostinato.types import ReplaySample, SampleInfo, TableInfo, TensorSpec
 from ostinato.writers.columns import TrajectoryColumn
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.trajectory_writer import TrajectoryWriter

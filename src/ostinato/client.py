@@ -11,23 +11,21 @@ import optree
 from ostinato import errors
 from ostinato.core import items as items_lib
 from ostinato.core.assemble import item_columns, stack_batch
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk
 from ostinato.core.deadline import Deadline
+from ostinato.core.keys import new_key
+from ostinato.core.signature import check_columns
+from ostinato.core.specs import is_spec_like
+from ostinato.core.table_info import TableInfo
+from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.types import ReplaySample, SampleInfo, TableInfo, is_spec_like
-from ostinato.writers.chunker import new_key, to_array
+from ostinato.writers.chunker import to_array
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.structured_writer import StructuredWriter
 from ostinato.writers.trajectory_writer import TrajectoryWriter
 
 #: Largest number of items a ``Client.sample`` generator takes from the table per request.
 SAMPLE_REQUEST_SIZE = 1024
-
-
-def _seconds_from_ms(timeout_ms: int | None) -> float | None:
-    if timeout_ms is None or timeout_ms < 0:
-        return None
-    return timeout_ms / 1000.0
 
 
 class Client:
@@ -192,8 +190,9 @@ class Client:
             if meta.reject_negative and priority < 0:
                 raise errors.InvalidArgumentError(
                     f"Priority must not be negative (got {priority} for table {table!r}).")
-            if meta.flat_signature is not None:
-                _check_insert_signature(table, meta, trajectory)
+            # Whole steps: a signature may describe the one-step column or the step itself.
+            check_columns(table, meta.flat_signature,
+                          [(c.data.dtype, c.data.shape, c.data.shape[1:]) for c in trajectory[0::3]])
         for table, priority in priorities.items():
             transport.insert(table, [(new_key(), float(priority), trajectory, squeeze)], deadline)
 
@@ -396,25 +395,3 @@ def _timesteps(info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...],
         step = [np.asarray(c[t]) for c in cols]
         out.append(ReplaySample(info, step if structure is None else optree.tree_unflatten(structure, step)))
     return out
-
-
-def _check_insert_signature(table: str, meta: TableMeta, trajectory: tuple[Any, ...]) -> None:
-    sig = meta.flat_signature
-    assert sig is not None
-    chunks = trajectory[0::3]
-    if len(chunks) != len(sig):
-        raise ValueError(
-            f"Unable to create item in table '{table}' since the provided data has "
-            f"{len(chunks)} columns but the table signature has {len(sig)} columns.")
-    for i, (c, spec) in enumerate(zip(chunks, sig)):
-        d = c.data
-        if d.dtype != spec.dtype or not (spec.is_compatible_with(d.shape)
-                                         or spec.is_compatible_with(d.shape[1:])):
-            from ostinato.types import dtype_name, shape_str
-
-            raise ValueError(
-                f"Unable to create item in table '{table}': the table expects column {i} "
-                f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} tensor "
-                f"but got a {dtype_name(d.dtype)} {shape_str(d.shape[1:])} tensor.")
-
-

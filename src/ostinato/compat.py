@@ -37,7 +37,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "reverb.errors": ("ostinato.errors",),
     "reverb.item_selectors": ("ostinato.selectors",),
     "reverb.rate_limiters": ("ostinato.rate_limiters",),
-    "reverb.replay_sample": ("ostinato.types",),
+    "reverb.replay_sample": ("ostinato.replay_sample",),
     "reverb.reverb_types": ("ostinato.types",),
     "reverb.server": ("ostinato.server",),
     "reverb.tf_client": ("ostinato.datasets.tf_client",),

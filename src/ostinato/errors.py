@@ -60,14 +60,47 @@ class ResourceExhaustedError(ReverbError, IndexError):
     """A size limit was hit (Reverb mapped RESOURCE_EXHAUSTED to ``IndexError``)."""
 
 
+class DecodeError(InvalidArgumentError):
+    """A wire message, or data read back from disk, was malformed; nothing was changed."""
+
+
+class ShmError(ReverbError):
+    """A shared-memory ring could not be created or mapped (the reason is the message).
+
+    Writers then send their rows inline; it never reaches user code from a writer.
+    """
+
+
+class CheckpointError(ReverbError, ValueError):
+    """A checkpoint cannot be written or loaded."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint file is missing, truncated or fails its checksum; the message names it."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The server's tables differ from the checkpointed ones; the message lists the fields."""
+
+
+class CheckpointNotFoundError(CheckpointError, LookupError):
+    """No checkpoint to load."""
+
+
 __all__ = [
     "CancelledError",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
     "DeadlineExceededError",
+    "DecodeError",
     "FailedPreconditionError",
     "InvalidArgumentError",
     "RateLimiterTimeout",
     "ResourceExhaustedError",
     "ReverbError",
+    "ShmError",
     "TableNotFoundError",
     "UnavailableError",
 ]

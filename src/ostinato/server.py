@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.core.chunk_store import ChunkStore
+from ostinato.core.chunks import ChunkStore
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
 from ostinato.wire.shm import is_loopback_host
@@ -154,7 +154,7 @@ class Server:
             if port and (port in _REGISTRY or not _port_is_free(host, port)):
                 raise ValueError(f"port ({port}) is already in use")
         for t in tables:
-            t._bind(self, self._store)
+            t.attach(self, self._store)
         if checkpointer is not None:  # before serving, so no call sees a half-restored table
             checkpointer.restore(list(tables))
         from ostinato.wire.service import start_grpc_server
@@ -166,7 +166,7 @@ class Server:
                 shared_memory=bool(shared_memory))
         except ValueError as e:
             for t in tables:
-                t._server = None
+                t.detach(self)
             raise ValueError(f"port ({port}) is already in use or cannot be bound: {e}") from None
         self._host = host
         self._port = bound

@@ -16,7 +16,7 @@ import ostinato as reverb
 from ostinato import errors
 from ostinato.checkpointing import encode, store
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk
 from ostinato.core.sum_tree import SumTree
 
 FAST = settings(max_examples=60, deadline=None)
@@ -185,7 +185,7 @@ def test_restore_items_counts_chunk_references_itself_when_not_told(make_server)
     snap = t1.snapshot()
     cnt = {k: snap[k] for k in ("inserts", "samples", "deletes", "num_deleted_episodes",
                                 "num_unique_samples")}
-    slices = [c for tr in snap["trajectories"] for c in items_lib.iter_chunks(tr)]
+    slices = [c for tr in snap["trajectories"] for c in items_lib.chunk_refs(tr)]
     chunks = list({id(c): c for c in slices}.values())
     per_chunk = [sum(1 for x in slices if x is c) for c in chunks]
     args = (snap["keys"], snap["priorities"], snap["times_sampled"], snap["trajectories"],

@@ -12,7 +12,7 @@ import ostinato as reverb
 from ostinato import checkpointers
 from ostinato.checkpointing import format as fmt
 from ostinato.checkpointing import store
-from ostinato.types import TensorSpec
+from ostinato.core.specs import TensorSpec
 
 SIG = {"obs": TensorSpec([None, 4], np.float32), "step": TensorSpec([3], np.int64, "step")}
 # Every container kind a signature may use, and names both set and unset.

@@ -172,7 +172,7 @@ def test_chunk_store_counts_a_chunk_resent_after_an_idle_close():
         from ostinato.core import items as items_lib
 
         held = {id(c): c for k in table.keys().tolist()
-                for c in items_lib.iter_chunks(table.get(k)["trajectory"])}
+                for c in items_lib.chunk_refs(table.get(k)["trajectory"])}
         assert len(table) == 6
         assert len(server.chunk_store) == len(held), [(c.key, c.data.end) for c in held.values()]
     finally:

@@ -17,11 +17,9 @@ import numpy as np
 
 from ostinato.checkpointing.format import CheckpointCorruptError, CheckpointError
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import Chunk
-
-# One encoder of signatures: the wire codec's is plain lists/dicts of str, int and None, so it
-# is JSON-friendly as it is (the module imports msgpack and numpy, not grpc).
-from ostinato.wire.codec import DecodeError, decode_nest, encode_nest
+from ostinato.core.chunks import Chunk, chunk_rows
+from ostinato.core.signature import signature_from_data, signature_to_data
+from ostinato.errors import DecodeError
 
 
 def selector_config(options: Any) -> dict[str, Any]:
@@ -50,9 +48,9 @@ def table_config(table: Any) -> dict[str, Any]:
 def signature_to_json(table: Any) -> Any:
     """The table's signature (a nest of TensorSpec, or None) as JSON-friendly data."""
     try:
-        data = encode_nest(table.signature)
+        data = signature_to_data(table.signature)
         # Refuse at save time what a restore could not read back (say, a tuple as a dict key).
-        ok = decode_nest(json.loads(json.dumps(data))) == table.signature
+        ok = signature_from_data(json.loads(json.dumps(data))) == table.signature
     except (ValueError, TypeError) as e:  # DecodeError is a ValueError
         raise CheckpointError(f"the signature of table {table.name!r} cannot be "
                               f"checkpointed: {e}") from None
@@ -65,7 +63,7 @@ def signature_to_json(table: Any) -> Any:
 def signature_from_json(data: Any, where: str) -> Any:
     """The signature nest recorded by :func:`signature_to_json` (None if there was none)."""
     try:
-        return decode_nest(data)
+        return signature_from_data(data)
     except DecodeError as e:
         raise CheckpointCorruptError(f"{where}: {e}") from None
 
@@ -157,17 +155,10 @@ class ChunkCollector:
 STRINGS_SUFFIXED = "suffixed"
 
 
-def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool | str]:
+def rows_to_store(chunk: Chunk, end: int) -> tuple[np.ndarray, bool | str]:
     """Rows ``[0, end)`` of a chunk as a contiguous little-endian array, and how to restore
     them: ``False`` (as they are) or :data:`STRINGS_SUFFIXED` (an object array of bytes)."""
-    data = chunk.data
-    if isinstance(data, np.ndarray):
-        rows = data[:end]
-    else:  # network-written rows (wire.service.SegmentedRows): decode only what items use
-        parts = []
-        for seg, local, n in data.covering(0, end):
-            parts.append(seg.decode()[local:local + n])
-        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    rows = chunk_rows(chunk, 0, end)
     is_object: bool | str = False
     if rows.dtype.hasobject:
         flat = rows.reshape(-1).tolist()
@@ -185,7 +176,7 @@ def chunk_rows(chunk: Chunk, end: int) -> tuple[np.ndarray, bool | str]:
 
 
 def restore_strings(data: np.ndarray, how: bool | str) -> np.ndarray:
-    """The object array of bytes that :func:`chunk_rows` stored as ``S`` rows."""
+    """The object array of bytes that :func:`rows_to_store` stored as ``S`` rows."""
     if how is True:  # written before STRINGS_SUFFIXED
         return data.astype(object)
     out = np.empty(data.size, dtype=object)

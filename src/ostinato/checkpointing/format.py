@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from ostinato import errors
+from ostinato.errors import (  # noqa: F401 - re-exported for ostinato.checkpointing
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+)
 
 FORMAT_NAME = "ostinato-checkpoint"
 FORMAT_VERSION = 1
@@ -38,22 +43,6 @@ MANIFEST = "manifest.json"
 DIR_RE = re.compile(r"^ckpt-\d{8}T\d{6}\.\d{6}Z-\d{6}$")
 #: Temporary directories of saves in progress (or crashed): ``.tmp-<final name>-<pid>``.
 TMP_RE = re.compile(r"^\.tmp-(ckpt-\d{8}T\d{6}\.\d{6}Z-\d{6})-(\d+)$")
-
-
-class CheckpointError(errors.ReverbError, ValueError):
-    """A checkpoint cannot be written or loaded."""
-
-
-class CheckpointCorruptError(CheckpointError):
-    """A checkpoint file is missing, truncated or fails its checksum; the message names it."""
-
-
-class CheckpointMismatchError(CheckpointError):
-    """The server's tables differ from the checkpointed ones; the message lists the fields."""
-
-
-class CheckpointNotFoundError(CheckpointError, LookupError):
-    """No checkpoint to load."""
 
 
 def fsync_dir(path: str) -> None:

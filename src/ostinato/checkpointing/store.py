@@ -39,8 +39,7 @@ from ostinato.checkpointing.format import (
     unpack_arrays,
     write_manifest,
 )
-from ostinato.core.chunk_store import Chunk
-from ostinato.core.signature import flatten_signature
+from ostinato.core.chunks import Chunk
 
 _log = logging.getLogger(__name__)
 _seq = itertools.count()
@@ -194,7 +193,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
                 fi += 1
             w = HashingWriter(os.path.join(tmp, f"data-{fi:05d}.bin"))
             hook(f"data-file-{fi}")
-        rows, is_object = encode.chunk_rows(c, end)
+        rows, is_object = encode.rows_to_store(c, end)
         sk = (rows.dtype.str, rows.shape[1:], is_object)
         si = spec_index.get(sk)
         if si is None:
@@ -524,7 +523,9 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
         table = tables[meta["name"]]
         sig = signatures.get(meta["name"])
         if sig is not None and table.signature is None:
-            _adopt_signature(table, sig)
+            # A restore runs before the server serves, so no writer has cached the table's old,
+            # empty signature.
+            table.set_signature(sig)
             _log.info("table %r has no signature; using the checkpoint's: %r", meta["name"], sig)
         table.restore_items(arrs["keys"], arrs["priorities"], arrs["times_sampled"], trajs,
                             squeezes, meta["counters"], ho, chunk_refs=refs)
@@ -534,15 +535,6 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
     _log.info("checkpoint %s restored (%s) in %.2f s", path,
               ", ".join(f"{m['name']}: {m['num_items']} items" for m in metas),
               time.perf_counter() - t0)
-
-
-def _adopt_signature(table: Any, signature: Any) -> None:
-    # Table has no public setter: a signature is fixed once a table serves, and a restore runs
-    # before the server serves (so no writer has cached the table's old, empty signature).
-    flat = flatten_signature(signature)
-    with table._lock:
-        table._signature = signature
-        table._flat_signature = flat
 
 
 def latest(root: str) -> str | None:

@@ -3,7 +3,7 @@
 No I/O and no transport or ML framework imports happen here (a test enforces it).
 """
 
-from ostinato.core.chunk_store import Chunk, ChunkStore
+from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.extensions import TableExtension
 from ostinato.core.rate_limiter import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack

@@ -2,13 +2,8 @@
 
 Every reader -- ``Client.sample``, ``Client.sample_batch``, the dataset ``Sampler`` (and so the
 numpy, tf.data, PyTorch and JAX adapters) and ``TFClient`` -- turns sampled items into arrays
-here, whoever wrote them. A chunk's rows come from :func:`chunk_array`, the one row access:
-
-* chunks written in this process hold a numpy array (time first);
-* chunks whose rows arrived over the network (a server sampled in its own process) hold a
-  *row source*: any object with ``as_array()`` returning the rows received so far as one
-  read-only array (``ostinato.wire.service.SegmentedRows`` decodes its segments once and caches
-  the result). ``chunk.data`` is never replaced: a writer stream may still extend it.
+here, whoever wrote them. A chunk's rows come from :func:`~ostinato.core.chunks.chunk_array`,
+the one row access (chunks hold a numpy array or a row source; see :mod:`ostinato.core.chunks`).
 
 :func:`gather` stacks alike items (same columns, lengths, dtypes, row shapes and squeeze flags)
 into one preallocated, aligned array per column with one copy of each row, whether an item's
@@ -19,11 +14,11 @@ items one by one for anything else and raises ``ValueError`` when they cannot be
 from __future__ import annotations
 
 import operator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk, chunk_array, chunk_spec
 from ostinato.core.items import Packed, SampleBatch, columns
 
 #: Batches start on a 64-byte boundary: frameworks can then use them without a copy (JAX on
@@ -31,14 +26,6 @@ from ostinato.core.items import Packed, SampleBatch, columns
 ALIGNMENT = 64
 
 _first = operator.itemgetter(0)
-
-
-class RowSource(Protocol):
-    """Rows of a chunk that are not (yet) one numpy array."""
-
-    def as_array(self) -> np.ndarray:
-        """All rows so far, time first (read-only; may be cached by the source)."""
-        ...
 
 
 def empty_aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -50,23 +37,6 @@ def empty_aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = -buf.ctypes.data % ALIGNMENT
     return buf[start:start + nbytes].view(dtype).reshape(shape)
-
-
-def chunk_array(chunk: Chunk) -> np.ndarray:
-    """The chunk's rows as an array, whatever form the chunk holds them in."""
-    data = chunk.data
-    if isinstance(data, np.ndarray):
-        return data
-    return data.as_array()
-
-
-def chunk_spec(chunk: Chunk) -> tuple[Any, ...]:
-    """``(dtype, row_shape)`` of the chunk's rows."""
-    spec = chunk.spec
-    if spec is None:
-        arr = chunk_array(chunk)
-        spec = (arr.dtype, arr.shape[1:])
-    return spec
 
 
 def item_columns(packed: Packed, squeeze: tuple[bool, ...], copy: bool = True) -> list[np.ndarray]:

@@ -10,7 +10,9 @@ class Deadline:
     """A point in time on the monotonic clock, or "never".
 
     Public APIs accept Reverb's styles (``timeout_ms``, ``timeout`` in seconds, ``None``); they
-    convert to a Deadline once at the edge and pass it down.
+    convert to a Deadline once at the edge and pass it down. Milliseconds are converted in one
+    place, :meth:`from_ms`, with one rule everywhere: ``None`` or negative waits forever, ``0``
+    means "now" (Reverb treated 0 as forever in some calls and not in others).
     """
 
     __slots__ = ("_at",)
@@ -30,8 +32,9 @@ class Deadline:
         return cls(time.monotonic() + max(0.0, float(seconds)))
 
     @classmethod
-    def from_ms(cls, timeout_ms: int | None) -> Deadline:
-        return cls.after(None if timeout_ms is None else timeout_ms / 1000.0)
+    def from_ms(cls, timeout_ms: int | float | None) -> Deadline:
+        """``None`` or negative: no deadline; ``0``: already expired; else milliseconds from now."""
+        return cls.after(seconds_from_ms(timeout_ms))
 
     @property
     def is_never(self) -> bool:
@@ -49,3 +52,10 @@ class Deadline:
     def __repr__(self) -> str:
         r = self.remaining()
         return "Deadline(never)" if r is None else f"Deadline(in {r:.3f}s)"
+
+
+def seconds_from_ms(timeout_ms: int | float | None) -> float | None:
+    """Milliseconds as seconds, by :meth:`Deadline.from_ms`'s rule (``None``: no limit)."""
+    if timeout_ms is None or timeout_ms < 0:
+        return None
+    return timeout_ms / 1000.0

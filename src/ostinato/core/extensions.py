@@ -30,3 +30,37 @@ class TableExtension:
     # Reverb's Python API builds C++ extensions through this method.
     def build_internal_extensions(self, table_name: str) -> list[Any]:
         return [self]
+
+
+class Hooks:
+    """A table's extensions, each called in order for every change (tables without extensions
+    hold no ``Hooks`` at all, so their hot paths make no call)."""
+
+    __slots__ = ("table", "extensions")
+
+    def __init__(self, table: str, extensions: tuple[TableExtension, ...]) -> None:
+        self.table = table
+        self.extensions = extensions
+
+    def inserted(self, keys: list[int], priorities: list[float]) -> None:
+        for k, p in zip(keys, priorities):
+            for h in self.extensions:
+                h.on_insert(self.table, k, p)
+
+    def updated(self, keys: list[int], priorities: list[float]) -> None:
+        for k, p in zip(keys, priorities):
+            for h in self.extensions:
+                h.on_update(self.table, k, p)
+
+    def sampled(self, keys: list[int], times_sampled: list[int]) -> None:
+        for k, t in zip(keys, times_sampled):
+            for h in self.extensions:
+                h.on_sample(self.table, k, t)
+
+    def deleted(self, key: int) -> None:
+        for h in self.extensions:
+            h.on_delete(self.table, key)
+
+    def reset(self) -> None:
+        for h in self.extensions:
+            h.on_reset(self.table)

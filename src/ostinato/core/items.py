@@ -9,12 +9,12 @@ interned so that items share it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk
 
 Slice = tuple[Chunk, int, int]
 Packed = tuple[Any, ...]
@@ -51,6 +51,8 @@ def pack(columns: Sequence[Sequence[Slice]]) -> Packed:
 
 
 def is_flat(packed: Packed) -> bool:
+    """True when every column is one slice (the packed tuple is ``(chunk, offset, length, ...)``);
+    hot loops inline the same test, ``type(packed[0]) is Chunk``."""
     return type(packed[0]) is Chunk
 
 
@@ -65,20 +67,30 @@ def num_columns(packed: Packed) -> int:
     return len(packed) // 3 if type(packed[0]) is Chunk else len(packed)
 
 
-def iter_chunks(packed: Packed) -> Iterator[Chunk]:
-    """Every chunk reference of the trajectory (a chunk appears once per slice)."""
+def chunk_refs(packed: Packed) -> Sequence[Chunk]:
+    """Every chunk reference of the trajectory, one per slice (a chunk may appear several
+    times); what an item holds in the chunk store."""
     if type(packed[0]) is Chunk:
-        yield from packed[0::3]
-    else:
-        for col in packed:
-            for s in col:
-                yield s[0]
+        return packed[0::3]
+    return [s[0] for col in packed for s in col]
 
 
 def column_lengths(packed: Packed) -> list[int]:
     if type(packed[0]) is Chunk:
         return list(packed[2::3])
     return [sum(s[2] for s in col) for col in packed]
+
+
+def approx_nbytes(packed: Packed) -> int | None:
+    """Bytes of data the trajectory refers to, from its chunks' specs (None if one is unknown)."""
+    total = 0
+    for col in columns(packed):
+        for chunk, _, ln in col:
+            spec = chunk.spec
+            if spec is None:
+                return None
+            total += ln * spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64))
+    return total
 
 
 class SampleBatch:

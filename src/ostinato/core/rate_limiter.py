@@ -19,7 +19,7 @@ import operator
 import sys
 import threading
 
-from ostinato.types import RateLimiterCallStats, RateLimiterInfo
+from ostinato.core.table_info import RateLimiterCallStats, RateLimiterInfo
 
 _log = logging.getLogger(__name__)
 _MAX = sys.float_info.max

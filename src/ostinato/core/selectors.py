@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from ostinato.core.sum_tree import SumTree
-from ostinato.types import HeapOptions, KeyDistributionOptions, PrioritizedOptions
+from ostinato.core.table_info import HeapOptions, KeyDistributionOptions, PrioritizedOptions
+from ostinato.errors import InvalidArgumentError
 
 _MINUS_ONES = array.array("q", [-1]) * 1024
 
@@ -529,6 +530,12 @@ class HeapSelector(ItemSelector):
     def num_items(self) -> int:
         return self._n
 
+    def tie_order(self, slots: np.ndarray) -> np.ndarray:
+        """Positions into ``slots`` in the order the heap last saw those items (inserted or
+        updated): of equal priorities, the earlier one is selected first. Checkpoints record it
+        and :meth:`bulk_insert` in this order rebuilds the same ties."""
+        return np.argsort(self._version[slots], kind="stable")
+
     def __repr__(self) -> str:
         return f"HeapSelector(sign={1 if self._min_heap else -1})"
 
@@ -541,6 +548,25 @@ def MinHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
 def MaxHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
     """Selects the item with the highest priority."""
     return HeapSelector(False)
+
+
+def check_priorities(prioritized: tuple[ItemSelector, ...], priorities: float | np.ndarray,
+                     table: str) -> None:
+    """Raises ``InvalidArgumentError`` for a priority (or array of them) that a table whose
+    ``prioritized`` selectors are these cannot take: NaN anywhere; negative or too large for a
+    Prioritized selector. The message names the table."""
+    scalar = not isinstance(priorities, np.ndarray)
+    if priorities != priorities if scalar else np.isnan(priorities).any():
+        raise InvalidArgumentError(f"Priority must not be NaN (table {table!r}).")
+    for sel in prioritized:
+        try:
+            if scalar:
+                sel.validate_priority(priorities)  # type: ignore[arg-type]
+            else:
+                sel.validate_priorities(priorities)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise InvalidArgumentError(
+                f"{e} (table {table!r} uses a Prioritized selector)") from None
 
 
 def selector_from_options(options: KeyDistributionOptions) -> ItemSelector:

@@ -1,18 +1,16 @@
 """The replay table: items, selectors, rate limiter, eviction; thread-safe, no I/O.
 
-All state sits under one lock. Callers' threads do the work themselves (there is no worker
-thread); a call that the rate limiter does not admit waits on a condition variable until
-another call changes the state or its deadline passes. Per-item metadata lives in numpy arrays
-indexed by *slot*, so selectors and batch operations can work on it vectorised.
+All state sits under one lock (:class:`~ostinato.core.gate.Gate`). Callers' threads do the work
+themselves (there is no worker thread); a call that the rate limiter does not admit waits in the
+gate until another call changes the state or its deadline passes. Items live in
+:class:`~ostinato.core.slots.Slots` (metadata in numpy arrays indexed by slot, so selectors and
+batch operations work on them vectorised); checkpoints go through
+:mod:`~ostinato.core.table_state`.
 """
 
 from __future__ import annotations
 
-import array
-import operator
 import random
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,50 +18,23 @@ import numpy as np
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import Chunk, ChunkStore
+from ostinato.core import table_state
+from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
-from ostinato.core.extensions import TableExtension
-from ostinato.core.rate_limiter import Queue, RateLimiter, Stack
-from ostinato.core.selectors import (
-    Fifo,
-    HeapSelector,
-    ItemSelector,
-    Lifo,
-    Prioritized,
-    selector_from_options,
-)
+from ostinato.core.gate import Gate
+from ostinato.core.keys import key_list
+from ostinato.core.rate_limiter import RateLimiter
+from ostinato.core.selectors import ItemSelector, check_priorities
 from ostinato.core.signature import flatten_signature
-from ostinato.types import TableInfo
+from ostinato.core.slots import Slots
+from ostinato.core.table_info import TableInfo
+from ostinato.core.table_settings import TableSettings, positive_int
 
 #: An item as handed to a table: (key, priority, packed trajectory, squeeze flags).
 Item = tuple[int, float, items_lib.Packed, tuple[bool, ...]]
 
 
-def _key_list(keys: Any) -> list[int]:
-    """Item keys as Python ints, from an array or any iterable of integers (never via float)."""
-    if isinstance(keys, np.ndarray):
-        if keys.dtype.kind not in "ui":
-            raise errors.InvalidArgumentError(f"keys must be integers, got an array of {keys.dtype}")
-        return keys.astype(np.uint64, copy=False).reshape(-1).tolist()
-    try:
-        return [operator.index(k) for k in keys]
-    except TypeError:
-        raise errors.InvalidArgumentError(f"keys ({keys!r}) must be integers") from None
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} ({value!r}) must be a positive integer")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} ({value!r}) must be a positive integer") from None
-    if v <= 0:
-        raise ValueError(f"{name} ({v}) must be a positive integer")
-    return v
-
-
-class Table:
+class Table(TableSettings):
     """A replay table (Reverb's ``reverb.Table``).
 
     Args:
@@ -86,159 +57,58 @@ class Table:
     def __init__(self, name: str, sampler: ItemSelector, remover: ItemSelector, max_size: int,
                  rate_limiter: RateLimiter, max_times_sampled: int = 0,
                  extensions: Sequence[Any] = (), signature: Any = None):
-        if not name or not isinstance(name, str):
-            raise ValueError("name must be nonempty")
-        max_size = _positive_int(max_size, "max_size")
-        if not isinstance(sampler, ItemSelector):
-            raise TypeError(f"sampler ({sampler!r}) must be a selector from ostinato.selectors")
-        if not isinstance(remover, ItemSelector):
-            raise TypeError(f"remover ({remover!r}) must be a selector from ostinato.selectors")
-        if sampler is remover:
-            remover = remover.clone()
-        if not isinstance(rate_limiter, RateLimiter):
-            raise TypeError(f"rate_limiter ({rate_limiter!r}) must be an ostinato.rate_limiters object")
-        try:
-            mts = operator.index(max_times_sampled)
-        except TypeError:
-            raise ValueError(f"max_times_sampled ({max_times_sampled!r}) must be an integer") from None
-        exts: list[TableExtension] = []
-        for e in extensions:
-            built = e.build_internal_extensions(name) if hasattr(e, "build_internal_extensions") else [e]
-            exts.extend(built)
-        flat_signature = flatten_signature(signature if signature else None)
-        self._name = name
-        self._sampler = sampler
-        self._remover = remover
-        self._max_size = max_size
-        self._max_times_sampled = mts if mts > 0 else 0
-        self._limiter = rate_limiter
-        self._extensions: tuple[Any, ...] = tuple(extensions)
-        self._hooks = tuple(exts)
-        self._signature = signature if signature else None
-        self._flat_signature = flat_signature
-        self._prioritized = tuple(s for s in (sampler, remover) if isinstance(s, Prioritized))
-        self._reject_negative = bool(self._prioritized)
-        rate_limiter.attach(name)  # last: a table that failed to build does not keep the limiter
-
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._store = ChunkStore()
+        super().__init__(name, sampler, remover, max_size, rate_limiter, max_times_sampled,
+                         extensions, signature)
+        self._gate = Gate(name)
+        self._lock = self._gate.lock
+        self._cond = self._gate.cond
+        self._slots = Slots(ChunkStore())
         self._server: Any = None
-        self._closed = False
-        self._waiting = 0  # threads blocked in _wait_locked
-        # Samplers lingering for a fuller batch wait on their own condition, woken only when
-        # their batch is admitted, an insert has to wait, or the table changes otherwise (not
-        # by every insert: that would cost a thread switch per insert).
-        self._linger_cond = threading.Condition(self._lock)
-        self._lingering: list[int] = []  # the batch size each lingering sampler waits for
+        self._num_unique_samples = 0
+        self._remaining_samples = 0  # sum of (max_times_sampled - times) over items, if limited
         self._rng = np.random.default_rng()
         self._key_rng = random.Random()
 
-        cap = 64
-        # Per-slot metadata: array.array for fast scalar access, with numpy views of the same
-        # memory (the arrays are replaced, never resized, so the views stay valid).
-        self._a_keys = array.array("Q", bytes(8 * cap))
-        self._a_prio = array.array("d", bytes(8 * cap))
-        self._a_times = array.array("i", bytes(4 * cap))
-        self._a_seq = array.array("q", bytes(8 * cap))
-        self._make_views()
-        self._traj: list[Any] = [None] * cap
-        self._squeeze: list[Any] = [None] * cap
-        self._key_to_slot: dict[int, int] = {}
-        self._free: list[int] = list(range(cap - 1, -1, -1))
-        self._next_seq = 0
-        self._episode_refs: dict[int, int] = {}
-        self._num_deleted_episodes = 0
-        self._num_unique_samples = 0
-        self._remaining_samples = 0  # sum of (max_times_sampled - times) over items, if limited
-
-    # -- construction helpers --------------------------------------------------------------------
-    @classmethod
-    def queue(cls, name: str, max_size: int, extensions: Sequence[Any] = (),
-              signature: Any = None) -> Table:
-        """A FIFO queue: Fifo sampler and remover, ``max_times_sampled=1``, Queue limiter."""
-        return cls(name, Fifo(), Fifo(), max_size, Queue(max_size), 1, extensions, signature)
-
-    @classmethod
-    def stack(cls, name: str, max_size: int, extensions: Sequence[Any] = (),
-              signature: Any = None) -> Table:
-        """A LIFO stack: Lifo sampler and remover, ``max_times_sampled=1``, Stack limiter."""
-        return cls(name, Lifo(), Lifo(), max_size, Stack(max_size), 1, extensions, signature)
-
-    def replace(self, name: str | None = None, sampler: ItemSelector | None = None,
-                remover: ItemSelector | None = None, max_size: int | None = None,
-                rate_limiter: RateLimiter | None = None, max_times_sampled: int | None = None,
-                extensions: Sequence[Any] | None = None, signature: Any = None) -> Table:
-        """A new, empty table with some settings changed and the rest taken from this one."""
-        return Table(
-            name=name if name is not None else self._name,
-            sampler=sampler or selector_from_options(self._sampler.options()),
-            remover=remover or selector_from_options(self._remover.options()),
-            max_size=max_size if max_size is not None else self._max_size,
-            rate_limiter=rate_limiter or self._limiter.clone(),
-            max_times_sampled=(max_times_sampled if max_times_sampled is not None
-                               else self._max_times_sampled),
-            extensions=extensions if extensions is not None else self._extensions,
-            signature=signature if signature is not None else self._signature,
-        )
-
-    def _bind(self, server: Any, store: ChunkStore) -> None:
-        """Attaches the table to a server and its shared chunk store (once)."""
+    # -- joining a server ------------------------------------------------------------------------
+    def attach(self, server: Any, store: ChunkStore) -> None:
+        """Makes the table one of ``server``'s, sharing its chunk store (once)."""
         with self._lock:
             if self._server is not None and self._server is not server:
                 raise ValueError(f"table {self._name!r} already belongs to another server")
-            if self._key_to_slot:
-                # Move the references of items inserted before binding into the shared store.
-                all_chunks = [c for s in self._key_to_slot.values()
-                              for c in items_lib.iter_chunks(self._traj[s])]
-                self._store.release(all_chunks)
-                store.acquire(all_chunks)
+            # Items inserted before joining move their chunk references into the shared store.
+            self._slots.move_to(store)
             self._server = server
-            self._store = store
 
-    # -- read-only properties ----------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
+    def detach(self, server: Any) -> None:
+        """Undoes :meth:`attach` (a server that failed to start gives its tables back)."""
+        with self._lock:
+            if self._server is server:
+                self._server = None
 
-    @property
-    def max_size(self) -> int:
-        return self._max_size
+    def set_signature(self, signature: Any) -> None:
+        """Gives a table built without a signature one (a checkpoint's, on restore).
 
-    @property
-    def max_times_sampled(self) -> int:
-        return self._max_times_sampled
-
-    @property
-    def sampler(self) -> ItemSelector:
-        return self._sampler
-
-    @property
-    def remover(self) -> ItemSelector:
-        return self._remover
-
-    @property
-    def rate_limiter(self) -> RateLimiter:
-        return self._limiter
-
-    @property
-    def signature(self) -> Any:
-        return self._signature
-
-    @property
-    def flat_signature(self) -> list[Any] | None:
-        return self._flat_signature
+        Raises:
+          FailedPreconditionError: the table already has a different signature.
+        """
+        flat = flatten_signature(signature)
+        with self._lock:
+            if self._signature is not None and self._signature != signature:
+                raise errors.FailedPreconditionError(
+                    f"table {self._name!r} already has a signature: {self._signature!r}")
+            self._signature = signature if flat is not None else None
+            self._flat_signature = flat
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._gate.closed
 
     @property
     def chunk_store(self) -> ChunkStore:
-        return self._store
+        return self._slots.store
 
     def __len__(self) -> int:
-        return len(self._key_to_slot)
+        return len(self._slots.key_to_slot)
 
     def __bool__(self) -> bool:
         # A table is truthy even when empty (``table or default`` keeps the caller's table).
@@ -246,14 +116,21 @@ class Table:
 
     @property
     def size(self) -> int:
-        return len(self._key_to_slot)
+        return len(self._slots.key_to_slot)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._slots.key_to_slot
+
+    def contains(self, key: int) -> bool:
+        """Whether an item with this key is in the table."""
+        return key in self._slots.key_to_slot
 
     def can_sample(self, num_samples: int) -> bool:
         """Whether ``num_samples`` samples would be admitted now.
 
         Unlike Reverb this also counts ``max_times_sampled``: a queue with 2 items cannot give 3.
         """
-        n = _positive_int(num_samples, "num_samples")
+        n = positive_int(num_samples, "num_samples")
         with self._lock:
             if self._max_times_sampled and n > self._remaining_samples:
                 return False
@@ -261,13 +138,13 @@ class Table:
 
     def can_insert(self, num_inserts: int) -> bool:
         """Whether ``num_inserts`` new items would be admitted now."""
-        n = _positive_int(num_inserts, "num_inserts")
+        n = positive_int(num_inserts, "num_inserts")
         with self._lock:
             return self._limiter.can_insert(n)
 
     @property
     def info(self) -> TableInfo:
-        """A :class:`~ostinato.types.TableInfo` snapshot."""
+        """A :class:`~ostinato.core.table_info.TableInfo` snapshot."""
         with self._lock:
             return TableInfo(
                 name=self._name,
@@ -277,101 +154,53 @@ class Table:
                 max_times_sampled=self._max_times_sampled,
                 rate_limiter_info=self._limiter.info(),
                 signature=self._signature,
-                current_size=len(self._key_to_slot),
-                num_episodes=len(self._episode_refs),
-                num_deleted_episodes=self._num_deleted_episodes,
+                current_size=len(self._slots.key_to_slot),
+                num_episodes=len(self._slots.episode_refs),
+                num_deleted_episodes=self._slots.num_deleted_episodes,
                 num_unique_samples=self._num_unique_samples,
             )
+
+    def approx_item_bytes(self) -> float:
+        """Bytes of data of one (arbitrary) item, from its chunks' specs; 0 if the table is
+        empty or the specs are unknown (a server bounds sample replies with it)."""
+        with self._lock:
+            slots = self._slots
+            if not slots.key_to_slot:
+                return 0.0
+            packed = slots.traj[next(iter(slots.key_to_slot.values()))]
+        return float(items_lib.approx_nbytes(packed) or 0)
 
     # -- validation -------------------------------------------------------------------------------
     def validate_priority(self, priority: float) -> None:
         """Raises ``InvalidArgumentError`` for a priority this table cannot take."""
-        if priority != priority:
-            raise errors.InvalidArgumentError(f"`priority` must not be nan (table {self._name!r}).")
-        for sel in self._prioritized:
-            try:
-                sel.validate_priority(priority)
-            except ValueError as e:
-                raise errors.InvalidArgumentError(
-                    f"{e} (table {self._name!r} uses a Prioritized selector)") from None
+        check_priorities(self._prioritized, priority, self._name)
 
-    def _validate_priorities(self, p: np.ndarray) -> None:
-        if np.isnan(p).any():
-            raise errors.InvalidArgumentError(f"Priority must not be NaN (table {self._name!r}).")
-        for sel in self._prioritized:
-            try:
-                sel.validate_priorities(p)
-            except ValueError as e:
-                raise errors.InvalidArgumentError(
-                    f"{e} (table {self._name!r} uses a Prioritized selector)") from None
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise errors.CancelledError(f"Table {self._name!r} has been closed.")
-
-    # -- slots ------------------------------------------------------------------------------------
-    def _make_views(self) -> None:
-        self._keys = np.frombuffer(self._a_keys, dtype=np.uint64)
-        self._prio = np.frombuffer(self._a_prio, dtype=np.float64)
-        self._times = np.frombuffer(self._a_times, dtype=np.int32)
-        self._seq = np.frombuffer(self._a_seq, dtype=np.int64)
-
-    def _grow(self) -> None:
-        old = len(self._a_keys)
-        for attr in ("_a_keys", "_a_prio", "_a_times", "_a_seq"):
-            a = getattr(self, attr)
-            b = array.array(a.typecode, a)
-            b.extend(array.array(a.typecode, bytes(a.itemsize * old)))
-            setattr(self, attr, b)
-        self._make_views()
-        self._traj.extend([None] * old)
-        self._squeeze.extend([None] * old)
-        self._free.extend(range(2 * old - 1, old - 1, -1))
+    def _describe_limiter(self) -> str:
+        return self._limiter.describe_state(len(self._slots.key_to_slot))
 
     # -- insert -----------------------------------------------------------------------------------
     def _insert_locked(self, key: int, priority: float, traj: items_lib.Packed,
                        squeeze: tuple[bool, ...], assign: bool) -> int:
         """Inserts one admitted item; returns the key used. Caller holds the lock."""
-        k2s = self._key_to_slot
+        slots = self._slots
+        k2s = slots.key_to_slot
         if key in k2s:
             if assign:
                 self._update_slot(k2s[key], key, priority)
                 return key
             while key in k2s:  # a 64-bit collision: draw a fresh key
                 key = self._key_rng.getrandbits(64)
-        if not self._free:
-            self._grow()
-        slot = self._free.pop()
-        self._a_keys[slot] = key
-        self._a_prio[slot] = priority
-        self._a_times[slot] = 0
-        self._a_seq[slot] = self._next_seq
-        self._next_seq += 1
-        self._traj[slot] = traj
-        self._squeeze[slot] = squeeze
-        k2s[key] = slot
+        slot = slots.add(key, priority, traj, squeeze)
         self._sampler.insert(slot, priority)
         self._remover.insert(slot, priority)
-        chunks = traj[0::3] if type(traj[0]) is Chunk else tuple(items_lib.iter_chunks(traj))
-        with self._store._lock:
-            d = self._store._chunks
-            for c in chunks:
-                if c.refs == 0:
-                    d[id(c)] = c
-                c.refs += 1
-        er = self._episode_refs
-        for c in chunks:
-            e = c.episode_id
-            er[e] = er.get(e, 0) + 1
         if self._max_times_sampled:
             self._remaining_samples += self._max_times_sampled
-        if self._hooks:
-            for h in self._hooks:
-                h.on_insert(self._name, key, priority)
+        if self._hooks is not None:
+            self._hooks.inserted([key], [priority])
         if len(k2s) > self._max_size:
             victim, _ = self._remover.sample(self._rng)
             self._delete_slot(victim)
-        self._limiter.inserts += 1
+        self._limiter.insert()
         return key
 
     def insert(self, key: int, priority: float, trajectory: items_lib.Packed,
@@ -400,15 +229,14 @@ class Table:
         Returns:
           How many of ``items`` (a prefix) were inserted.
         """
-        neg = self._reject_negative
+        neg = bool(self._prioritized)
         for it in items:
             p = it[1]
             if p != p or (neg and p < 0):
                 self.validate_priority(p)
         done = 0
         with self._lock:
-            if self._closed:
-                self._check_open()
+            self._gate.check_open()
             lim = self._limiter
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
@@ -416,7 +244,7 @@ class Table:
                 self._insert_locked(key, priority, traj, squeeze, assign)
                 done += 1
             if done:
-                self._notify_inserted_locked()
+                self._gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return done
 
     def insert_many(self, items: Sequence[Item], deadline: Deadline | None = None,
@@ -433,67 +261,21 @@ class Table:
             self.validate_priority(it[1])
         deadline = deadline or Deadline.never()
         keys: list[int] = []
+        gate = self._gate
         with self._cond:
-            self._check_open()
+            gate.check_open()
             lim = self._limiter
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
-                    self._notify_all_locked()  # lingering samplers too: take what is there
-                    self._wait_locked(lambda: lim.can_insert(1), deadline, "insert", keys)
+                    gate.notify_all()  # lingering samplers too: take what is there
+                    gate.wait(lambda: lim.can_insert(1), deadline, "insert",
+                              self._describe_limiter, keys)
                 keys.append(self._insert_locked(key, priority, traj, squeeze, assign))
-            self._notify_inserted_locked()
+            gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return keys
 
-    def _notify_inserted_locked(self) -> None:
-        """After inserts: wakes blocked calls, and lingering samplers whose batch is now
-        admitted (or if the limiter now blocks inserts: a lingering sampler must not hold
-        writers back)."""
-        if self._waiting:
-            self._cond.notify_all()
-        if self._lingering:
-            n = min(self._lingering)
-            if self._allowed_locked(n) >= n or not self._limiter.can_insert(1):
-                self._linger_cond.notify_all()
-
-    def _notify_all_locked(self) -> None:
-        self._cond.notify_all()
-        if self._lingering:
-            self._linger_cond.notify_all()
-
-    def _wait_locked(self, ready: Any, deadline: Deadline, what: str,
-                     done: list[Any] | None = None) -> None:
-        while not ready():
-            if self._closed:
-                raise errors.CancelledError(f"Table {self._name!r} was closed while waiting to {what}.")
-            remaining = deadline.remaining()
-            if remaining is not None and remaining <= 0:
-                err = errors.RateLimiterTimeout(
-                    f"Rate limiter of table {self._name!r} did not allow the {what} before the "
-                    f"deadline ({self._limiter.describe_state(len(self._key_to_slot))}).")
-                err.inserted = list(done or [])  # type: ignore[attr-defined]
-                raise err
-            self._waiting += 1
-            try:
-                self._cond.wait(remaining if remaining is not None else 1.0)
-            finally:
-                self._waiting -= 1
-
-    def _linger_locked(self, n: int, linger: float, deadline: Deadline, cancelled: Any) -> None:
-        """Waits up to ``linger`` seconds (and within ``deadline``) for ``n`` admitted samples."""
-        end = time.monotonic() + linger
-        remaining = deadline.remaining()
-        if remaining is not None:
-            end = min(end, time.monotonic() + remaining)
-        while not self._closed and self._allowed_locked(n) < n \
-                and not (cancelled is not None and cancelled()) and self._limiter.can_insert(1):
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            self._lingering.append(n)
-            try:
-                self._linger_cond.wait(left)
-            finally:
-                self._lingering.remove(n)
+    def _inserts_blocked(self) -> bool:
+        return not self._limiter.can_insert(1)
 
     # -- sample -----------------------------------------------------------------------------------
     def _allowed_locked(self, n: int) -> int:
@@ -505,7 +287,7 @@ class Table:
     def wake(self) -> None:
         """Wakes blocked calls so that they re-check their conditions (e.g. ``cancelled``)."""
         with self._cond:
-            self._notify_all_locked()
+            self._gate.notify_all()
 
     def sample(self, num_samples: int = 1, timeout: float | None = None,
                cancelled: Any = None, linger: float = 0.0) -> items_lib.SampleBatch:
@@ -529,70 +311,34 @@ class Table:
           RateLimiterTimeout: nothing could be sampled before the deadline.
           CancelledError: the table was closed, or ``cancelled()`` became true.
         """
-        n = _positive_int(num_samples, "num_samples")
+        n = positive_int(num_samples, "num_samples")
         deadline = Deadline.after(timeout)
+        gate = self._gate
+        allowed = self._allowed_locked
         with self._cond:
-            self._check_open()
-            rate_limited = False
-            while True:
-                if self._allowed_locked(1) < 1:
-                    rate_limited = True
-                    if cancelled is None:
-                        self._wait_locked(lambda: self._allowed_locked(1) >= 1, deadline, "sample")
-                    else:
-                        self._wait_locked(lambda: cancelled() or self._allowed_locked(1) >= 1,
-                                          deadline, "sample")
-                if linger > 0 and n > 1 and self._allowed_locked(n) < n:
-                    self._linger_locked(n, linger, deadline, cancelled)
-                    linger = 0.0  # once: then take what is admitted (or wait again if others
-                    continue      # sampled everything meanwhile)
-                break
+            gate.check_open()
+            rate_limited = gate.wait_to_sample(n, allowed, deadline, self._describe_limiter,
+                                               cancelled, linger, self._limiter.can_insert)
             if cancelled is not None and cancelled():
                 raise errors.CancelledError(
                     f"sample from table {self._name!r} was cancelled by its caller")
-            k = self._allowed_locked(n)
+            k = allowed(n)
             if self._max_times_sampled:
                 batch = self._sample_one_by_one(k)
             else:
                 batch = self._sample_vectorised(k)
             batch.rate_limited = rate_limited
-            if self._waiting:
-                self._cond.notify_all()
+            gate.notify_waiters()
             return batch
 
     def _sample_vectorised(self, k: int) -> items_lib.SampleBatch:
         slots, probs = self._sampler.sample_many(k, self._rng)
-        times = self._times
-        old = times[slots]
-        if k == 1:
-            reported = old + 1
-            times[slots] += 1
-            self._num_unique_samples += int((old == 0).sum())
-        else:
-            order = np.argsort(slots, kind="stable")
-            s_sorted = slots[order]
-            first = np.empty(k, dtype=bool)
-            first[0] = True
-            np.not_equal(s_sorted[1:], s_sorted[:-1], out=first[1:])
-            ar = np.arange(k)
-            start = np.maximum.accumulate(np.where(first, ar, 0))
-            rank = np.empty(k, dtype=np.int64)
-            rank[order] = ar - start
-            reported = old + rank + 1
-            np.add.at(times, slots, 1)
-            self._num_unique_samples += int(((old == 0) & (rank == 0)).sum())
+        reported, first_time = self._slots.record_samples(slots)
+        self._num_unique_samples += first_time
         self._limiter.sample(k)
-        size = len(self._key_to_slot)
-        sl = slots.tolist()
-        traj = self._traj
-        sq = self._squeeze
-        if self._hooks:
-            for s, t in zip(sl, reported.tolist()):
-                for h in self._hooks:
-                    h.on_sample(self._name, int(self._keys[s]), t)
-        return items_lib.SampleBatch(
-            self._keys[slots], probs, np.full(k, size, dtype=np.int64), self._prio[slots],
-            reported.astype(np.int32), [traj[s] for s in sl], [sq[s] for s in sl])
+        if self._hooks is not None:
+            self._hooks.sampled(self._slots.keys[slots].tolist(), reported.tolist())
+        return self._slots.sample_batch(slots, probs, reported)
 
     def _sample_one_by_one(self, k: int) -> items_lib.SampleBatch:
         keys = np.empty(k, dtype=np.uint64)
@@ -603,6 +349,7 @@ class Table:
         trajs = []
         sqs = []
         mts = self._max_times_sampled
+        s = self._slots
         for i in range(k):
             if i and self._allowed_locked(1) < 1:
                 # Deletions by max_times_sampled can take the table below min_size_to_sample.
@@ -611,68 +358,42 @@ class Table:
                     keys[:k], probs[:k], sizes[:k], prios[:k], times_out[:k])
                 break
             slot, p = self._sampler.sample(self._rng)
-            t = self._a_times[slot] + 1
-            self._a_times[slot] = t
+            t = s.a_times[slot] + 1
+            s.a_times[slot] = t
             if t == 1:
                 self._num_unique_samples += 1
             self._remaining_samples -= 1
-            keys[i] = self._a_keys[slot]
+            keys[i] = s.a_keys[slot]
             probs[i] = p
-            sizes[i] = len(self._key_to_slot)
-            prios[i] = self._a_prio[slot]
+            sizes[i] = len(s.key_to_slot)
+            prios[i] = s.a_prio[slot]
             times_out[i] = t
-            trajs.append(self._traj[slot])
-            sqs.append(self._squeeze[slot])
+            trajs.append(s.traj[slot])
+            sqs.append(s.squeeze[slot])
             self._limiter.sample(1)
-            for h in self._hooks:
-                h.on_sample(self._name, int(keys[i]), t)
+            if self._hooks is not None:
+                self._hooks.sampled([int(keys[i])], [t])
             if t >= mts:
                 self._delete_slot(slot)
         return items_lib.SampleBatch(keys, probs, sizes, prios, times_out, trajs, sqs)
 
     # -- mutate -----------------------------------------------------------------------------------
     def _update_slot(self, slot: int, key: int, priority: float) -> None:
-        self._a_prio[slot] = priority
+        self._slots.a_prio[slot] = priority
         self._sampler.update(slot, priority)
         self._remover.update(slot, priority)
-        for h in self._hooks:
-            h.on_update(self._name, key, priority)
+        if self._hooks is not None:
+            self._hooks.updated([key], [priority])
 
     def _delete_slot(self, slot: int) -> None:
-        key = self._a_keys[slot]
-        traj = self._traj[slot]
         self._sampler.delete(slot)
         self._remover.delete(slot)
-        del self._key_to_slot[key]
-        chunks = traj[0::3] if type(traj[0]) is Chunk else tuple(items_lib.iter_chunks(traj))
-        self._store.release(chunks)
-        er = self._episode_refs
-        for c in chunks:
-            e = c.episode_id
-            v = er[e] - 1
-            if v:
-                er[e] = v
-            else:
-                del er[e]
-                self._num_deleted_episodes += 1
         if self._max_times_sampled:
-            self._remaining_samples -= self._max_times_sampled - self._a_times[slot]
-        self._traj[slot] = None
-        self._squeeze[slot] = None
-        self._free.append(slot)
-        self._limiter.deletes += 1
-        if self._hooks:
-            for h in self._hooks:
-                h.on_delete(self._name, key)
-
-    def _slots_of(self, keys: list[int]) -> tuple[list[int] | None, list[int]]:
-        """Maps keys to slots, skipping unknown keys. Returns (positions or None if all
-        keys are known, slots)."""
-        slots = list(map(self._key_to_slot.get, keys))
-        if None not in slots:
-            return None, slots  # type: ignore[return-value]
-        pos = [i for i, s in enumerate(slots) if s is not None]
-        return pos, [slots[i] for i in pos]  # type: ignore[misc]
+            self._remaining_samples -= self._max_times_sampled - self._slots.a_times[slot]
+        key = self._slots.remove(slot)
+        self._limiter.delete()
+        if self._hooks is not None:
+            self._hooks.deleted(key)
 
     def update_priorities(self, keys: Sequence[int] | np.ndarray,
                           priorities: Sequence[float] | np.ndarray) -> int:
@@ -682,42 +403,40 @@ class Table:
           The number of items updated.
         """
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        key_list = _key_list(keys)
-        if len(key_list) != len(p):
+        klist = key_list(keys)
+        if len(klist) != len(p):
             raise errors.InvalidArgumentError(
-                f"keys ({len(key_list)}) and priorities ({len(p)}) must have the same length")
-        self._validate_priorities(p)
+                f"keys ({len(klist)}) and priorities ({len(p)}) must have the same length")
+        check_priorities(self._prioritized, p, self._name)
         with self._cond:
-            self._check_open()
-            pos, slots = self._slots_of(key_list)
+            self._gate.check_open()
+            pos, slots = self._slots.slots_of(klist)
             if not slots:
                 return 0
             s = np.array(slots, dtype=np.int64)
             pv = p if pos is None else p[pos]
-            self._prio[s] = pv
+            self._slots.priorities[s] = pv
             self._sampler.update_many(s, pv)
             self._remover.update_many(s, pv)
-            if self._hooks:
-                known = key_list if pos is None else [key_list[i] for i in pos]
-                for k, v in zip(known, pv.tolist()):
-                    for h in self._hooks:
-                        h.on_update(self._name, k, v)
-            self._notify_all_locked()
+            if self._hooks is not None:
+                self._hooks.updated(klist if pos is None else [klist[i] for i in pos], pv.tolist())
+            self._gate.notify_all()
             return len(slots)
 
     def delete(self, keys: Sequence[int] | np.ndarray) -> int:
         """Deletes items; unknown keys are ignored. Returns the number deleted."""
-        key_list = _key_list(keys)
+        klist = key_list(keys)
         with self._cond:
-            self._check_open()
+            self._gate.check_open()
             n = 0
-            for k in key_list:
-                s = self._key_to_slot.get(k)
+            k2s = self._slots.key_to_slot
+            for k in klist:
+                s = k2s.get(k)
                 if s is not None:
                     self._delete_slot(s)
                     n += 1
             if n:
-                self._notify_all_locked()
+                self._gate.notify_all()
             return n
 
     def mutate_priorities(self, updates: dict[int, float] | None = None,
@@ -725,7 +444,7 @@ class Table:
         """Reverb's ``MutateItems``: deletes first, then updates; unknown keys are ignored."""
         if updates:
             p = np.fromiter(updates.values(), dtype=np.float64, count=len(updates))
-            self._validate_priorities(p)
+            check_priorities(self._prioritized, p, self._name)
         if deletes:
             self.delete(list(deletes))
         if updates:
@@ -734,50 +453,37 @@ class Table:
     def reset(self) -> None:
         """Removes every item and resets the rate limiter and statistics."""
         with self._cond:
-            self._check_open()
-            all_chunks = [c for s in self._key_to_slot.values()
-                          for c in items_lib.iter_chunks(self._traj[s])]
-            self._store.release(all_chunks)
+            self._gate.check_open()
+            self._slots.clear()
             self._sampler.clear()
             self._remover.clear()
-            self._key_to_slot.clear()
-            cap = len(self._keys)
-            self._traj = [None] * cap
-            self._squeeze = [None] * cap
-            self._free = list(range(cap - 1, -1, -1))
-            self._episode_refs.clear()
-            self._num_deleted_episodes = 0
             self._num_unique_samples = 0
             self._remaining_samples = 0
             self._limiter.reset()
-            for h in self._hooks:
-                h.on_reset(self._name)
-            self._notify_all_locked()
+            if self._hooks is not None:
+                self._hooks.reset()
+            self._gate.notify_all()
 
     def close(self) -> None:
         """Wakes every waiting call with ``CancelledError``; later calls fail the same way."""
-        with self._cond:
-            self._closed = True
-            self._notify_all_locked()
+        self._gate.close()
 
     # -- introspection (tests, checkpoints) ---------------------------------------------------------
     def get(self, key: int) -> dict[str, Any]:
         """Metadata of one item: key, priority, times_sampled, trajectory, squeeze."""
         with self._lock:
-            s = self._key_to_slot.get(key)
-            if s is None:
+            s = self._slots
+            slot = s.key_to_slot.get(key)
+            if slot is None:
                 raise KeyError(f"Key not found: {key} (table {self._name!r})")
-            return {"key": key, "priority": float(self._prio[s]),
-                    "times_sampled": int(self._times[s]), "trajectory": self._traj[s],
-                    "squeeze": self._squeeze[s], "insertion_order": int(self._seq[s])}
+            return {"key": key, "priority": float(s.priorities[slot]),
+                    "times_sampled": int(s.times_sampled[slot]), "trajectory": s.traj[slot],
+                    "squeeze": s.squeeze[slot], "insertion_order": int(s.sequence[slot])}
 
     def keys(self) -> np.ndarray:
         """Keys of all items in insertion order."""
         with self._lock:
-            slots = np.fromiter(self._key_to_slot.values(), dtype=np.int64,
-                                count=len(self._key_to_slot))
-            slots = slots[np.argsort(self._seq[slots], kind="stable")]
-            return self._keys[slots].copy()
+            return self._slots.keys[self._slots.in_insertion_order()].copy()
 
     # -- checkpoints -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -788,21 +494,8 @@ class Table:
         ``heap_order`` is the order in which a heap selector last saw the items (its ties).
         """
         with self._lock:
-            slots = np.fromiter(self._key_to_slot.values(), dtype=np.int64,
-                                count=len(self._key_to_slot))
-            slots = slots[np.argsort(self._seq[slots], kind="stable")]
-            heaps = [s for s in (self._sampler, self._remover) if isinstance(s, HeapSelector)]
-            sl = slots.tolist()
-            lim = self._limiter
-            return {"keys": self._keys[slots], "priorities": self._prio[slots],
-                    "times_sampled": self._times[slots],
-                    "trajectories": [self._traj[s] for s in sl],
-                    "squeeze": [self._squeeze[s] for s in sl],
-                    "heap_order": (np.argsort(heaps[0]._version[slots], kind="stable")
-                                   if heaps else None),
-                    "inserts": lim.inserts, "samples": lim.samples, "deletes": lim.deletes,
-                    "num_deleted_episodes": self._num_deleted_episodes,
-                    "num_unique_samples": self._num_unique_samples}
+            return table_state.snapshot(self._slots, self._sampler, self._remover, self._limiter,
+                                        self._num_unique_samples)
 
     def restore_items(self, keys: np.ndarray, priorities: np.ndarray, times_sampled: np.ndarray,
                       trajectories: Sequence[items_lib.Packed], squeeze: Sequence[tuple[bool, ...]],
@@ -822,107 +515,26 @@ class Table:
           chunk_refs: optional ``(chunks, counts)``: the chunks the trajectories reference and
             how many slices reference each, when the caller knows them (else counted here).
         """
-        if isinstance(keys, np.ndarray) and keys.dtype.kind in "ui":
-            karr = keys.astype(np.uint64, copy=False).reshape(-1)
-            klist = karr.tolist()
-        else:
-            klist = _key_list(keys)
-            karr = np.array(klist, dtype=np.uint64)
-        n = len(klist)
-        prio = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        times = np.asarray(times_sampled, dtype=np.int64).reshape(-1)
-        if not len(prio) == len(times) == len(trajectories) == len(squeeze) == n:
-            raise errors.FailedPreconditionError(
-                f"restore into table {self._name!r}: {n} keys, {len(prio)} priorities, "
-                f"{len(times)} times_sampled, {len(trajectories)} trajectories and "
-                f"{len(squeeze)} squeeze flags")
-        order = None
-        if heap_order is not None:
-            order = np.asarray(heap_order, dtype=np.int64).reshape(-1)
-            if len(order) != n or (n and (order.min() < 0 or order.max() >= n
-                                          or np.bincount(order).max() > 1)):
-                raise errors.FailedPreconditionError(
-                    f"restore into table {self._name!r}: heap_order is not a permutation of "
-                    f"the {n} items")
+        state = table_state.RestoreInput(self._name, keys, priorities, times_sampled,
+                                         trajectories, squeeze, heap_order, chunk_refs)
+        n = len(state)
         with self._cond:
-            self._check_open()
-            if self._key_to_slot or n > self._max_size:
+            self._gate.check_open()
+            if self._slots.key_to_slot or n > self._max_size:
                 raise errors.FailedPreconditionError(
                     f"cannot restore {n} items into table {self._name!r} holding "
-                    f"{len(self._key_to_slot)} items with max_size {self._max_size}")
-            k2s = dict(zip(klist, range(n)))
-            if len(k2s) != n:
-                seen: set[int] = set()
-                for k in klist:
-                    if k in seen:
-                        raise errors.FailedPreconditionError(f"duplicate key {k} in checkpoint")
-                    seen.add(k)
-            cap = len(self._a_keys)
-            if cap < n:
-                while cap < n:
-                    cap *= 2
-                for attr in ("_a_keys", "_a_prio", "_a_times", "_a_seq"):
-                    a = getattr(self, attr)
-                    setattr(self, attr, array.array(a.typecode, bytes(a.itemsize * cap)))
-                self._make_views()
-                self._traj.extend([None] * (cap - len(self._traj)))
-                self._squeeze.extend([None] * (cap - len(self._squeeze)))
-            self._keys[:n] = karr
-            self._prio[:n] = prio
-            self._times[:n] = times
-            self._seq[:n] = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
-            self._next_seq += n
-            self._traj[:n] = trajectories
-            self._squeeze[:n] = squeeze
-            self._free = list(range(cap - 1, n - 1, -1))
-            self._key_to_slot.update(k2s)
-            slots = np.arange(n, dtype=np.int64)  # slot i holds item i
-            for sel in (self._sampler, self._remover):
-                if order is not None and isinstance(sel, HeapSelector):
-                    sel.bulk_insert(order, prio[order])  # replays the heap's tie order
-                else:
-                    sel.bulk_insert(slots, prio)
-            if chunk_refs is None:  # count the slices of each chunk (by identity)
-                found: dict[int, list[Any]] = {}
-                for tr in trajectories:
-                    for c in (tr[0::3] if type(tr[0]) is Chunk else items_lib.iter_chunks(tr)):
-                        e = found.get(id(c))
-                        if e is None:
-                            found[id(c)] = [c, 1]
-                        else:
-                            e[1] += 1
-                chunk_refs = ([e[0] for e in found.values()], [e[1] for e in found.values()])
-            chunks, counts = chunk_refs
-            counts = counts.tolist() if isinstance(counts, np.ndarray) else list(counts)
-            with self._store._lock:
-                d = self._store._chunks
-                for c, m in zip(chunks, counts):
-                    if m:
-                        if c.refs == 0:
-                            d[id(c)] = c
-                        c.refs += m
-            er = self._episode_refs
-            for c, m in zip(chunks, counts):
-                if m:
-                    er[c.episode_id] = er.get(c.episode_id, 0) + m
+                    f"{len(self._slots.key_to_slot)} items with max_size {self._max_size}")
+            self._slots.fill(state.keys, state.key_to_slot, state.priorities,
+                             state.times_sampled, trajectories, squeeze, state.chunks,
+                             state.counts)
+            state.fill_selectors((self._sampler, self._remover))
             if self._max_times_sampled:
-                self._remaining_samples += self._max_times_sampled * n - int(times.sum())
-            if self._hooks:
-                for k, p in zip(klist, prio.tolist()):
-                    for h in self._hooks:
-                        h.on_insert(self._name, k, p)
+                self._remaining_samples += (self._max_times_sampled * n
+                                            - int(state.times_sampled.sum()))
+            if self._hooks is not None:
+                self._hooks.inserted(state.key_list, state.priorities.tolist())
             self._limiter.restore_counters(counters["inserts"], counters["samples"],
                                            counters["deletes"])
-            self._num_deleted_episodes = int(counters["num_deleted_episodes"])
+            self._slots.num_deleted_episodes = int(counters["num_deleted_episodes"])
             self._num_unique_samples = int(counters["num_unique_samples"])
-            self._notify_all_locked()
-
-    def __repr__(self) -> str:
-        s = (f"Table(sampler={self._sampler!r}, remover={self._remover!r}, "
-             f"max_size={self._max_size}, max_times_sampled={self._max_times_sampled}, "
-             f"name={self._name}, rate_limiter={self._limiter!r}, "
-             f"signature={'nullptr' if self._signature is None else self._signature!r}")
-        if self._extensions:
-            s += f", extensions={list(self._extensions)!r}"
-        return s + ")"
-
+            self._gate.notify_all()

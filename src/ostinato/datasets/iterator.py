@@ -8,7 +8,7 @@ from typing import Any
 from ostinato.client import Client
 from ostinato.datasets.options import SamplerOptions
 from ostinato.datasets.sampler import Sampler
-from ostinato.types import ReplaySample
+from ostinato.replay_sample import ReplaySample
 
 
 class NumpyIterator:

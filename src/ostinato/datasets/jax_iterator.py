@@ -16,7 +16,7 @@ import optree
 from ostinato.client import Client
 from ostinato.datasets.iterator import NumpyIterator
 from ostinato.datasets.iterator import numpy as numpy_iterator
-from ostinato.types import ReplaySample, SampleInfo
+from ostinato.replay_sample import ReplaySample, SampleInfo
 
 
 class JaxIterator:

@@ -6,6 +6,8 @@ import dataclasses
 import operator
 from typing import Any
 
+from ostinato.core.deadline import seconds_from_ms
+
 #: Reverb's default for ``max_samples_per_stream`` (``-1``).
 DEFAULT_MAX_SAMPLES_PER_STREAM = 10_000
 
@@ -91,5 +93,4 @@ class SamplerOptions:
 
     def deadline_seconds(self) -> float | None:
         """The rate limiter timeout in seconds (``None`` for no timeout)."""
-        t = int(self.rate_limiter_timeout_ms)
-        return None if t == -1 else t / 1000.0
+        return seconds_from_ms(int(self.rate_limiter_timeout_ms))

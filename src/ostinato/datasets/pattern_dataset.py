@@ -32,7 +32,7 @@ import optree
 import tensorflow as tf
 
 from ostinato.datasets.tf_dataset import WrappedDataset, lists_to_tuples
-from ostinato.types import ReplaySample, SampleInfo
+from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.writers.pattern_validation import CompiledConfig, infer_signature
 from ostinato.writers.structured_writer import PatternEngine
 

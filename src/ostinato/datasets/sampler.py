@@ -40,9 +40,10 @@ from ostinato.client import Client
 from ostinato.core.assemble import ALIGNMENT, empty_aligned, gather, item_columns, stack_batch
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
+from ostinato.core.specs import is_spec_like
 from ostinato.datasets.options import SamplerOptions
+from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.inprocess import InProcessTransport
-from ostinato.types import ReplaySample, SampleInfo, is_spec_like
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
 _LOCAL_SLICE_S = 0.2

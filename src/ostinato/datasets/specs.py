@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ostinato import errors
-from ostinato.types import TensorSpec, dtype_name, shape_str
+from ostinato.core.specs import TensorSpec, dtype_name, shape_str
 
 
 def compatible(a: tuple[int | None, ...], b: tuple[int | None, ...]) -> bool:

@@ -18,7 +18,8 @@ from ostinato import errors
 from ostinato.client import Client
 from ostinato.core.assemble import gather, item_columns
 from ostinato.core.deadline import Deadline
-from ostinato.types import ReplaySample, SampleInfo, dtype_name
+from ostinato.core.specs import dtype_name
+from ostinato.replay_sample import ReplaySample, SampleInfo
 
 _INFO_DTYPES = [tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32]
 

@@ -31,10 +31,11 @@ import optree
 import tensorflow as tf
 
 from ostinato.client import Client
+from ostinato.core.specs import TensorSpec, is_spec_like
 from ostinato.datasets import specs as specs_lib
 from ostinato.datasets.options import SamplerOptions
 from ostinato.datasets.sampler import NOT_READY, Piece, Sampler, as_client
-from ostinato.types import ReplaySample, SampleInfo, TensorSpec, is_spec_like
+from ostinato.replay_sample import ReplaySample, SampleInfo
 
 _INFO_DTYPES = SampleInfo(tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32)
 

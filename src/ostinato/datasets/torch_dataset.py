@@ -18,7 +18,7 @@ from ostinato.client import Client
 from ostinato.datasets.iterator import numpy as numpy_iterator
 from ostinato.datasets.options import SamplerOptions
 from ostinato.datasets.sampler import as_client
-from ostinato.types import ReplaySample, SampleInfo
+from ostinato.replay_sample import ReplaySample, SampleInfo
 
 
 def _network_client(client: Client) -> Client:

@@ -18,8 +18,9 @@ import numpy as np
 import optree
 
 from ostinato.client import Client
+from ostinato.core.specs import is_spec_like
 from ostinato.datasets.iterator import numpy as numpy_iterator
-from ostinato.types import SampleInfo, is_spec_like
+from ostinato.replay_sample import SampleInfo
 
 
 @dataclasses.dataclass(frozen=True)

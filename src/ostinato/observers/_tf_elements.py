@@ -10,9 +10,10 @@ from typing import Any
 import optree
 import tensorflow as tf
 
+from ostinato.core.specs import TensorSpec, is_spec_like
 from ostinato.datasets.tf_dataset import TrajectoryDataset
 from ostinato.observers._elements import ElementPlan
-from ostinato.types import SampleInfo, TensorSpec, is_spec_like
+from ostinato.replay_sample import SampleInfo
 
 
 def _repeat_info(sample: Any) -> tuple[Any, SampleInfo]:

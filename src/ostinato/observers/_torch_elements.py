@@ -16,7 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ostinato.datasets.torch_dataset import _network_client
 from ostinato.observers._elements import ElementPlan, elements
-from ostinato.types import SampleInfo
+from ostinato.replay_sample import SampleInfo
 
 
 class TorchElements(IterableDataset):

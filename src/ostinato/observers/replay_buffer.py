@@ -10,9 +10,10 @@ import optree
 
 from ostinato import errors
 from ostinato.client import Client
+from ostinato.core.specs import is_spec_like
+from ostinato.core.table_info import TableInfo
 from ostinato.observers._elements import ElementPlan, JaxDataset, NumpyDataset, torch_dataset
 from ostinato.observers.base import flag, positive_int
-from ostinato.types import TableInfo, is_spec_like
 
 #: TF-Agents' default table name (``reverb_replay_buffer.DEFAULT_TABLE``).
 DEFAULT_TABLE = "experience"

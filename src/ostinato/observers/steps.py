@@ -234,7 +234,7 @@ def gym_step_spec(observation_space: Any, action_space: Any) -> dict[str, Any]:
       ``{"step_type", "observation", "action", "next_step_type", "reward", "discount"}`` of
       :class:`ostinato.TensorSpec`. Give a table ``add_outer_dim(spec)`` as its signature.
     """
-    from ostinato.types import TensorSpec
+    from ostinato.core.specs import TensorSpec
 
     def space_spec(space: Any, name: str) -> Any:
         spaces = getattr(space, "spaces", None)
@@ -262,7 +262,7 @@ def add_outer_dim(spec: Any, dim: int | None = None) -> Any:
 
     Leaves are :class:`ostinato.TensorSpec` or anything spec-like (``tf.TensorSpec``).
     """
-    from ostinato.types import TensorSpec, is_spec_like
+    from ostinato.core.specs import TensorSpec, is_spec_like
 
     def add(s: Any) -> Any:
         s = TensorSpec.from_spec(s) if not isinstance(s, TensorSpec) else s

@@ -35,7 +35,7 @@ def _flat(tree: Any) -> list[tuple[str, Any]]:
 
 
 def _leaf(s: Any) -> tuple:
-    from ostinato.types import TensorSpec
+    from ostinato.core.specs import TensorSpec
 
     s = TensorSpec.from_spec(s)
     return s.shape, s.dtype, s.name

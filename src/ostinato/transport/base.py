@@ -11,7 +11,7 @@ import numpy as np
 
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
-from ostinato.types import TableInfo
+from ostinato.core.table_info import TableInfo
 
 
 @dataclasses.dataclass(frozen=True)

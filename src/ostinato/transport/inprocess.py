@@ -13,8 +13,8 @@ from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.table import Table
+from ostinato.core.table_info import TableInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.types import TableInfo
 
 
 class InProcessTransport(Transport):
@@ -44,7 +44,7 @@ class InProcessTransport(Transport):
         meta = self._meta.get(table)
         if meta is None:
             t = self._table(table)
-            meta = TableMeta(t.name, t.flat_signature, t.signature, t._reject_negative,
+            meta = TableMeta(t.name, t.flat_signature, t.signature, t.rejects_negative_priorities,
                              t.max_times_sampled, t.sampler.deterministic)
             self._meta[table] = meta
         return meta

@@ -29,8 +29,8 @@ import numpy as np
 from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
+from ostinato.core.table_info import RateLimiterCallStats, TableInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.types import RateLimiterCallStats, TableInfo
 
 _KEY_MEMORY = 1_000_000
 

@@ -16,11 +16,11 @@ import numpy as np
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk
 from ostinato.core.deadline import Deadline
 from ostinato.core.signature import flatten_signature
+from ostinato.core.table_info import TableInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.types import TableInfo
 from ostinato.wire import codec, shm
 from ostinato.wire.service import DEFAULT_MAX_MESSAGE_BYTES, SERVICE
 from ostinato.wire.status import from_rpc_error, shm_refusal
@@ -278,7 +278,7 @@ def decode_sample_batch(resp: Any) -> items_lib.SampleBatch:
             sq = items_lib.intern_squeeze(resp["sq1"])
             columns = []
             for col, s in zip(resp["cols"], sq):
-                dtype = codec.dtype_from_wire(col["d"])
+                dtype = codec.dtype_from_str(col["d"])
                 shape = codec.shape_from_wire(col["h"])
                 ln = int(col["n"])
                 arr = np.frombuffer(col["b"], dtype=dtype.newbyteorder("<"))
@@ -659,7 +659,7 @@ class GrpcWriterStream:
         keep = self._keep_keys()
         with self._cv:
             for _, (_, _, packed, _) in self._buf:
-                keep.update(c.key for c in items_lib.iter_chunks(packed))
+                keep.update(c.key for c in items_lib.chunk_refs(packed))
         for ck in [k for k in self._sent_rows if k not in keep]:
             del self._sent_rows[ck]
         body = {"seg": segs, "t": list(tables), "i": items,

@@ -23,7 +23,10 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ostinato import types as t
+from ostinato.core import table_info as t
+from ostinato.core.signature import MAX_DIMS, signature_from_data, signature_to_data
+from ostinato.core.specs import dtype_from_str, dtype_to_str
+from ostinato.errors import DecodeError
 from ostinato.wire import fresh
 
 RAW = 0
@@ -32,12 +35,6 @@ ZSTD = 1
 COMPRESS_MIN_BYTES = 2048
 #: Bytes test-compressed before compressing a large segment.
 PROBE_BYTES = 4096
-MAX_DIMS = 32
-_ALLOWED_KINDS = set("biufcOSU")
-
-
-class DecodeError(ValueError):
-    """A wire message was malformed."""
 
 
 def pack(obj: Any) -> bytes:
@@ -132,24 +129,7 @@ def u64(v: Any, what: str) -> int:
     return v
 
 
-# -- dtypes -------------------------------------------------------------------------------------
-def dtype_to_wire(dtype: np.dtype) -> str:
-    return "O" if dtype.kind == "O" else dtype.str
-
-
-def dtype_from_wire(s: Any) -> np.dtype:
-    if not isinstance(s, str) or len(s) > 8:
-        raise DecodeError(f"bad dtype {s!r}")
-    try:
-        d = np.dtype(s)
-    except TypeError:
-        raise DecodeError(f"bad dtype {s!r}") from None
-    if d.kind not in _ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None \
-            or d.kind in "SU" and d.itemsize == 0:
-        raise DecodeError(f"unsupported dtype {s!r}")
-    return d
-
-
+# -- shapes -------------------------------------------------------------------------------------
 def shape_from_wire(h: Any) -> tuple[int, ...]:
     if not isinstance(h, list) or len(h) > MAX_DIMS:
         raise DecodeError(f"bad shape {h!r}")
@@ -191,7 +171,7 @@ def make_segment(key: int, episode_id: int, start: int, rows: np.ndarray, compre
     """A segment carrying ``rows`` inline (``b``), or, given ``ring_ref`` = ``[offset, length]``
     of raw rows already in the writer's shared-memory ring, referring to them (``m``)."""
     seg = {"k": key, "e": episode_id, "s": start, "n": int(rows.shape[0]),
-           "d": dtype_to_wire(rows.dtype), "h": list(rows.shape[1:])}
+           "d": dtype_to_str(rows.dtype), "h": list(rows.shape[1:])}
     if ring_ref is not None:
         seg["c"], seg["m"] = RAW, ring_ref
     else:
@@ -225,7 +205,7 @@ def parse_segment(m: Any, max_bytes: int) -> Segment:
     n = req(m, "n", int, what)
     if not 0 <= start < 2**40 or not 1 <= n < 2**31:
         raise DecodeError(f"segment rows out of range (start {start}, rows {n})")
-    dtype = dtype_from_wire(req(m, "d", str, what))
+    dtype = dtype_from_str(req(m, "d", str, what))
     shape = shape_from_wire(req(m, "h", list, what))
     codec = req(m, "c", int, what)
     if codec not in (RAW, ZSTD):
@@ -320,66 +300,6 @@ def _zstd_decompressor() -> Any:
     return d
 
 
-# -- signatures (nests of specs) -----------------------------------------------------------------
-def encode_nest(obj: Any) -> Any:
-    """A nest of TensorSpecs (dict / list / tuple / None) as msgpack-able data."""
-    if obj is None:
-        return None
-    if t.is_spec_like(obj):
-        s = t.TensorSpec.from_spec(obj)
-        return {"spec": [[-1 if d is None else d for d in s.shape], dtype_to_wire(s.dtype), s.name]}
-    if isinstance(obj, dict):
-        return {"dict": [[k, encode_nest(v)] for k, v in obj.items()]}
-    if isinstance(obj, tuple):
-        return {"tuple": [encode_nest(v) for v in obj]}
-    if isinstance(obj, list):
-        return {"list": [encode_nest(v) for v in obj]}
-    raise ValueError(f"cannot encode signature element {obj!r}")
-
-
-def decode_nest(m: Any, depth: int = 0) -> Any:
-    try:
-        return _decode_nest(m, depth)
-    except DecodeError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError) as e:
-        raise DecodeError(f"bad signature: {e}") from None
-
-
-def _decode_nest(m: Any, depth: int = 0) -> Any:
-    if depth > 64:
-        raise DecodeError("signature nested too deeply")
-    if m is None:
-        return None
-    if not isinstance(m, dict) or len(m) != 1:
-        raise DecodeError("bad signature element")
-    (kind, v), = m.items()
-    if kind == "spec":
-        if not isinstance(v, list) or len(v) != 3:
-            raise DecodeError("bad spec")
-        dims = v[0]
-        if not isinstance(dims, list) or len(dims) > MAX_DIMS or not all(
-                isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**31 for d in dims):
-            raise DecodeError(f"bad spec shape {dims!r}")
-        shape = [None if d == -1 else d for d in dims]
-        return t.TensorSpec(shape, dtype_from_wire(v[1]), v[2] if isinstance(v[2], str) else None)
-    if kind == "dict":
-        if not isinstance(v, list):
-            raise DecodeError("bad signature dict")
-        out = {}
-        for pair in v:
-            if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], (str, int)):
-                raise DecodeError("bad signature dict entry")
-            out[pair[0]] = _decode_nest(pair[1], depth + 1)
-        return out
-    if kind in ("tuple", "list"):
-        if not isinstance(v, list):
-            raise DecodeError(f"bad signature {kind}")
-        seq = [_decode_nest(x, depth + 1) for x in v]
-        return tuple(seq) if kind == "tuple" else seq
-    raise DecodeError(f"bad signature element kind {kind!r}")
-
-
 # -- table info ----------------------------------------------------------------------------------
 def encode_options(o: t.KeyDistributionOptions) -> dict:
     return {"which": o.WhichOneof("distribution"),
@@ -412,7 +332,7 @@ def encode_table_info(i: t.TableInfo) -> dict:
         "max_times_sampled": i.max_times_sampled,
         "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
                r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
-        "signature": encode_nest(i.signature), "current_size": i.current_size,
+        "signature": signature_to_data(i.signature), "current_size": i.current_size,
         "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
         "num_unique_samples": i.num_unique_samples,
     }
@@ -428,7 +348,7 @@ def decode_table_info(m: dict) -> t.TableInfo:
             rate_limiter_info=t.RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
                                                 t.RateLimiterCallStats(rl[4]),
                                                 t.RateLimiterCallStats(rl[5]), rl[6]),
-            signature=decode_nest(m["signature"]), current_size=m["current_size"],
+            signature=signature_from_data(m["signature"]), current_size=m["current_size"],
             num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
             num_unique_samples=m["num_unique_samples"])
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:

@@ -26,9 +26,9 @@ import numpy as np
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.core.chunk_store import Chunk
+from ostinato.core.chunks import Chunk, chunk_row_bytes
 from ostinato.core.deadline import Deadline
-from ostinato.types import dtype_name, shape_str
+from ostinato.core.signature import check_columns
 from ostinato.wire import codec, shm
 from ostinato.wire.codec import DecodeError
 from ostinato.wire.status import abort_shm_refused, abort_with
@@ -82,6 +82,24 @@ class SegmentedRows:
             i += 1
         return out
 
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` decoded (only the segments that hold them)."""
+        parts = [seg.decode()[local:local + n] for seg, local, n in self.covering(start, stop - start)]
+        if not parts:
+            return np.empty((0, *self.row_shape), dtype=self.dtype)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def row_bytes(self, start: int, stop: int) -> bytes:
+        """Rows ``[start, stop)`` as the raw little-endian bytes received (segments are kept
+        decompressed, so this cuts them out without decoding)."""
+        rb = self.dtype.itemsize * math.prod(self.row_shape)
+        segs = self.segments
+        if len(segs) == 1:  # the common case: one segment holds the whole chunk
+            return segs[0].payload[start * rb:stop * rb]
+        parts = [seg.payload[local * rb:(local + k) * rb]
+                 for seg, local, k in self.covering(start, stop - start)]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     def as_array(self) -> np.ndarray:
         """All rows so far as one read-only array (for in-process samplers), cached until more
         rows arrive."""
@@ -91,23 +109,6 @@ class SegmentedRows:
             cache.flags.writeable = False
             self._cache = cache
         return cache
-
-
-def _estimate_item_bytes(table: Any) -> float:
-    """Bytes of data of one (arbitrary) item of the table, from its chunks' specs."""
-    try:
-        slot = next(iter(table._key_to_slot.values()))
-        packed = table._traj[slot]
-        total = 0
-        for col in items_lib.columns(packed):
-            for chunk, _, ln in col:
-                spec = chunk.spec
-                if spec is None:
-                    return 0.0
-                total += ln * spec[0].itemsize * math.prod(spec[1])
-        return float(total)
-    except (StopIteration, RuntimeError, TypeError, IndexError):
-        return 0.0  # empty or changing under us: rely on what earlier replies taught
 
 
 def _nbytes(data: Any) -> int:
@@ -313,7 +314,7 @@ class ReplayService:
                 raise DecodeError(f"priority must be a number, got {prio!r}")
             packed, squeeze = self._item_columns(cols, sq, chunks)
             self._check_signature(table_objs[ti], packed, squeeze)
-            if pos in retried_set and key in table_objs[ti]._key_to_slot:
+            if pos in retried_set and table_objs[ti].contains(key):
                 work.append((-1, None))  # a resend of an item stored before the connection broke
                 continue
             table_objs[ti].validate_priority(float(prio))
@@ -396,22 +397,14 @@ class ReplayService:
         sig = table.flat_signature
         if sig is None:
             return
-        cols = items_lib.columns(packed)
-        if len(cols) != len(sig):
-            raise errors.InvalidArgumentError(
-                f"Unable to create item in table '{table.name}': the trajectory has {len(cols)} "
-                f"columns but the table signature has {len(sig)} columns.")
-        for i, (col, spec, s) in enumerate(zip(cols, sig, squeeze)):
+        cols = []
+        for col, s in zip(items_lib.columns(packed), squeeze):
             dtype, row_shape = col[0][0].spec
-            shape = row_shape if s else (sum(x[2] for x in col), *row_shape)
-            # Like Reverb, a whole-step column (legacy writer, Client.insert) may also match the
-            # signature of one step.
-            if dtype != spec.dtype or not (spec.is_compatible_with(shape) or (
-                    not s and spec.is_compatible_with(row_shape))):
-                raise errors.InvalidArgumentError(
-                    f"Unable to create item in table '{table.name}': the table expects column {i} "
-                    f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} tensor "
-                    f"but got a {dtype_name(dtype)} {shape_str(shape)} tensor.")
+            if s:
+                cols.append((dtype, row_shape, None))
+            else:  # whole-step columns may also match the signature of one step
+                cols.append((dtype, (sum(x[2] for x in col), *row_shape), row_shape))
+        check_columns(table.name, sig, cols)
 
     # -- sample ---------------------------------------------------------------------------------
     def sample(self, msg: Any, context: grpc.ServicerContext) -> dict:
@@ -421,7 +414,7 @@ class ReplayService:
             raise DecodeError(f"num_samples ({n}) must be in [1, 1000000]")
         # Keep the reply under the message limit: items taken from a table and then not sent
         # would be lost (for a queue). The per-item size is learnt from earlier replies.
-        per_item = max(self._item_bytes.get(table.name, 0.0), _estimate_item_bytes(table))
+        per_item = max(self._item_bytes.get(table.name, 0.0), table.approx_item_bytes())
         n = max(1, min(n, int(self._max_bytes * 0.5 // max(per_item, 1.0))))
         gone = threading.Event()
         context.add_callback(lambda: (gone.set(), table.wake()))
@@ -477,19 +470,6 @@ def _f64_array(b: Any, what: str) -> np.ndarray:
     return np.frombuffer(b, dtype="<f8").astype(np.float64)
 
 
-def _row_bytes(chunk: Chunk, off: int, n: int, rb: int) -> bytes:
-    """Bytes of rows [off, off + n) of a chunk whose rows are ``rb`` bytes each."""
-    data = chunk.data
-    if type(data) is SegmentedRows:
-        segs = data.segments
-        if len(segs) == 1:  # the common case: one segment holds the whole chunk
-            return segs[0].payload[off * rb:(off + n) * rb]
-        parts = [seg.payload[local * rb:(local + k) * rb] for seg, local, k in data.covering(off, n)]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-    rows = data[off:off + n]
-    return np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
-
-
 def _encode_columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     """One payload per column holding the rows of all items, when the items are alike
     (same columns, lengths, dtypes and shapes; no strings), whether a column is one slice of
@@ -508,18 +488,17 @@ def _encode_columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
         if spec is None or spec[0].kind == "O":
             return None
         n = sum(x[2] for x in first)
-        rb = spec[0].itemsize * math.prod(spec[1])
         parts = []
         for cols in per_item:
             total = 0
             for chunk, off, ln in cols[ci]:
                 if chunk.spec is not spec and chunk.spec != spec:
                     return None
-                parts.append(_row_bytes(chunk, off, ln, rb))
+                parts.append(chunk_row_bytes(chunk, off, off + ln))
                 total += ln
             if total != n:
                 return None
-        out.append({"d": codec.dtype_to_wire(spec[0]), "h": list(spec[1]), "n": n,
+        out.append({"d": codec.dtype_to_str(spec[0]), "h": list(spec[1]), "n": n,
                     "b": b"".join(parts)})
     return out
 

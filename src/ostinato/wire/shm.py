@@ -38,6 +38,7 @@ import threading
 import weakref
 from typing import Any
 
+from ostinato.errors import ShmError
 from ostinato.wire import fresh
 
 SHM_DIR = "/dev/shm"
@@ -53,10 +54,6 @@ MIN_SEGMENT_BYTES = 16 * 1024
 #: Largest ring a server maps.
 MAX_RING_BYTES = 1 << 34
 _NAME = re.compile(r"ostinato-[0-9a-f]{32}")
-
-
-class ShmError(Exception):
-    """A ring could not be created or mapped (the reason is the message)."""
 
 
 def available() -> bool:

@@ -14,25 +14,17 @@ items strictly need (with Fifo removal, no more).
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from ostinato.core.chunk_store import Chunk
-from ostinato.types import dtype_name, shape_str
+from ostinato.core.chunks import Chunk
+from ostinato.core.keys import new_key
+from ostinato.core.specs import dtype_name, shape_str
 
 TARGET_CHUNK_BYTES = 128 * 1024
 MAX_AUTO_ROWS = 256
-
-_key_rng = random.Random()
-
-
-def new_key() -> int:
-    """A random 64-bit key in ``[0, 2**64 - 1)``."""
-    return _key_rng.getrandbits(64) % (2**64 - 1)
-
 
 #: numpy kinds a column may hold: bool, integers, floats, complex, and strings (stored as
 #: object arrays of bytes, TensorFlow's ``tf.string``).

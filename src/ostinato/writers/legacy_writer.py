@@ -10,7 +10,7 @@ import optree
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.writers.chunker import new_key
+from ostinato.core.keys import new_key
 from ostinato.writers.trajectory_writer import TrajectoryWriter, _merge_refs
 
 _log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from ostinato.types import TensorSpec, is_spec_like, to_numpy_dtype
+from ostinato.core.specs import TensorSpec, is_spec_like, to_numpy_dtype
 from ostinato.writers.patterns import (
     Config,
     PatternNode,

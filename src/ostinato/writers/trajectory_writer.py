@@ -14,8 +14,10 @@ import optree
 from ostinato import errors
 from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
-from ostinato.types import dtype_name, shape_str
-from ostinato.writers.chunker import ColumnChunker, new_key
+from ostinato.core.keys import new_key
+from ostinato.core.signature import check_columns
+from ostinato.core.specs import dtype_name, shape_str
+from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 
 _log = logging.getLogger(__name__)
@@ -379,23 +381,12 @@ class TrajectoryWriter:
         key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))
         if key in self._validated:
             return
-        if len(cols) != len(sig):
-            raise ValueError(
-                f"Unable to create item in table '{table}' since the provided trajectory is "
-                f"inconsistent with the table signature. The trajectory has {len(cols)} columns "
-                f"but the table signature has {len(sig)} columns.")
-        for i, (c, spec) in enumerate(zip(cols, sig)):
+        shapes = []
+        for c in cols:
             ch = c._refs[0].chunker
             shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
-            ok = ch.dtype == spec.dtype and spec.is_compatible_with(shape)
-            if not ok and legacy:
-                ok = ch.dtype == spec.dtype and spec.is_compatible_with(tuple(ch.shape))
-            if not ok:
-                raise ValueError(
-                    f"Unable to create item in table '{table}' since the provided trajectory is "
-                    f"inconsistent with the table signature. The table expects column {i} "
-                    f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} "
-                    f"tensor but got a {dtype_name(ch.dtype)} {shape_str(shape)} tensor.")
+            shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
+        check_columns(table, sig, shapes)
         if len(self._validated) > 10_000:
             self._validated.clear()
         self._validated.add(key)
@@ -472,7 +463,7 @@ class TrajectoryWriter:
         with self._cv:  # items waiting in the writer will need their chunks too
             pending = list(self._pending)
         for _, item in pending:
-            keys.update(c.key for c in items_lib.iter_chunks(item[2]))
+            keys.update(c.key for c in items_lib.chunk_refs(item[2]))
         return keys
 
     @property

@@ -1,0 +1,233 @@
+"""The items of one table: per-slot metadata arrays and the chunks each item holds.
+
+A table gives every item a *slot*, a small dense integer, and keeps the item's metadata in flat
+arrays indexed by slot (key, priority, times sampled, insertion sequence number), so selectors
+and batch operations work on them vectorised. :class:`Slots` owns those arrays, their growth,
+the free list, the key -> slot index, each item's packed trajectory and squeeze flags, and the
+references the items hold on chunks in the server's :class:`~ostinato.core.chunks.ChunkStore`
+(and so which episodes are still referenced).
+
+Not thread-safe: the owning table calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ostinato.core import items as items_lib
+from ostinato.core.chunks import Chunk, ChunkStore
+
+_INITIAL_CAPACITY = 64
+
+
+class Slots:
+    """Items by slot, with their chunk and episode references.
+
+    The metadata live in ``array.array`` objects (fast scalar access) with numpy views of the
+    same memory (:attr:`keys`, :attr:`priorities`, :attr:`times_sampled`, :attr:`sequence`),
+    replaced -- never resized -- when the capacity grows, so a view taken after the last growth
+    stays valid.
+    """
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
+        cap = _INITIAL_CAPACITY
+        self.a_keys = array.array("Q", bytes(8 * cap))
+        self.a_prio = array.array("d", bytes(8 * cap))
+        self.a_times = array.array("i", bytes(4 * cap))
+        self.a_seq = array.array("q", bytes(8 * cap))
+        self._make_views()
+        self.traj: list[Any] = [None] * cap
+        self.squeeze: list[Any] = [None] * cap
+        self.key_to_slot: dict[int, int] = {}
+        self.free: list[int] = list(range(cap - 1, -1, -1))
+        self.next_seq = 0
+        self.episode_refs: dict[int, int] = {}  # episode id -> chunk references to it
+        self.num_deleted_episodes = 0
+
+    # -- capacity -----------------------------------------------------------------------------
+    def _make_views(self) -> None:
+        self.keys = np.frombuffer(self.a_keys, dtype=np.uint64)
+        self.priorities = np.frombuffer(self.a_prio, dtype=np.float64)
+        self.times_sampled = np.frombuffer(self.a_times, dtype=np.int32)
+        self.sequence = np.frombuffer(self.a_seq, dtype=np.int64)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.a_keys)
+
+    def _grow(self) -> None:
+        old = len(self.a_keys)
+        for attr in ("a_keys", "a_prio", "a_times", "a_seq"):
+            a = getattr(self, attr)
+            b = array.array(a.typecode, a)
+            b.extend(array.array(a.typecode, bytes(a.itemsize * old)))
+            setattr(self, attr, b)
+        self._make_views()
+        self.traj.extend([None] * old)
+        self.squeeze.extend([None] * old)
+        self.free.extend(range(2 * old - 1, old - 1, -1))
+
+    def _reserve(self, n: int) -> None:
+        """Empty arrays of capacity >= ``n`` (only while no item is held)."""
+        cap = self.capacity
+        if cap >= n:
+            return
+        while cap < n:
+            cap *= 2
+        for attr in ("a_keys", "a_prio", "a_times", "a_seq"):
+            a = getattr(self, attr)
+            setattr(self, attr, array.array(a.typecode, bytes(a.itemsize * cap)))
+        self._make_views()
+        self.traj.extend([None] * (cap - len(self.traj)))
+        self.squeeze.extend([None] * (cap - len(self.squeeze)))
+
+    # -- items ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.key_to_slot)
+
+    def add(self, key: int, priority: float, traj: items_lib.Packed,
+            squeeze: tuple[bool, ...]) -> int:
+        """Stores a new item (its key must be unused) and references its chunks; returns its slot."""
+        if not self.free:
+            self._grow()
+        slot = self.free.pop()
+        self.a_keys[slot] = key
+        self.a_prio[slot] = priority
+        self.a_times[slot] = 0
+        self.a_seq[slot] = self.next_seq
+        self.next_seq += 1
+        self.traj[slot] = traj
+        self.squeeze[slot] = squeeze
+        self.key_to_slot[key] = slot
+        chunks = traj[0::3] if type(traj[0]) is Chunk else items_lib.chunk_refs(traj)
+        self.store.acquire(chunks)
+        er = self.episode_refs
+        for c in chunks:
+            e = c.episode_id
+            er[e] = er.get(e, 0) + 1
+        return slot
+
+    def remove(self, slot: int) -> int:
+        """Drops the item in ``slot`` and its chunk references; returns its key."""
+        key = self.a_keys[slot]
+        traj = self.traj[slot]
+        del self.key_to_slot[key]
+        chunks = traj[0::3] if type(traj[0]) is Chunk else items_lib.chunk_refs(traj)
+        self.store.release(chunks)
+        er = self.episode_refs
+        for c in chunks:
+            e = c.episode_id
+            v = er[e] - 1
+            if v:
+                er[e] = v
+            else:
+                del er[e]
+                self.num_deleted_episodes += 1
+        self.traj[slot] = None
+        self.squeeze[slot] = None
+        self.free.append(slot)
+        return key
+
+    def _all_chunk_refs(self) -> list[Chunk]:
+        return [c for s in self.key_to_slot.values() for c in items_lib.chunk_refs(self.traj[s])]
+
+    def clear(self) -> None:
+        """Drops every item (capacity is kept) and resets the episode counters."""
+        self.store.release(self._all_chunk_refs())
+        self.key_to_slot.clear()
+        cap = self.capacity
+        self.traj = [None] * cap
+        self.squeeze = [None] * cap
+        self.free = list(range(cap - 1, -1, -1))
+        self.episode_refs.clear()
+        self.num_deleted_episodes = 0
+
+    def move_to(self, store: ChunkStore) -> None:
+        """Moves the items' chunk references into another store (a table joining a server)."""
+        if self.key_to_slot:
+            refs = self._all_chunk_refs()
+            self.store.release(refs)
+            store.acquire(refs)
+        self.store = store
+
+    def slots_of(self, keys: list[int]) -> tuple[list[int] | None, list[int]]:
+        """Maps keys to slots, skipping unknown keys. Returns (positions of the known keys, or
+        None if all are known; their slots)."""
+        slots = list(map(self.key_to_slot.get, keys))
+        if None not in slots:
+            return None, slots  # type: ignore[return-value]
+        pos = [i for i, s in enumerate(slots) if s is not None]
+        return pos, [slots[i] for i in pos]  # type: ignore[misc]
+
+    def record_samples(self, slots: np.ndarray) -> tuple[np.ndarray, int]:
+        """Counts one sample of each entry of ``slots`` (a slot may repeat).
+
+        Returns:
+          Each sample's ``times_sampled``, counting it (a slot sampled twice in the batch
+          reports n+1 then n+2), and how many items were sampled for the first time.
+        """
+        times = self.times_sampled
+        old = times[slots]
+        k = len(slots)
+        if k == 1:
+            times[slots] += 1
+            return old + 1, int((old == 0).sum())
+        order = np.argsort(slots, kind="stable")
+        s_sorted = slots[order]
+        first = np.empty(k, dtype=bool)
+        first[0] = True
+        np.not_equal(s_sorted[1:], s_sorted[:-1], out=first[1:])
+        ar = np.arange(k)
+        start = np.maximum.accumulate(np.where(first, ar, 0))
+        rank = np.empty(k, dtype=np.int64)
+        rank[order] = ar - start
+        np.add.at(times, slots, 1)
+        return old + rank + 1, int(((old == 0) & (rank == 0)).sum())
+
+    def sample_batch(self, slots: np.ndarray, probabilities: np.ndarray,
+                     times_sampled: np.ndarray) -> items_lib.SampleBatch:
+        """The :class:`~ostinato.core.items.SampleBatch` of the items in ``slots``."""
+        sl = slots.tolist()
+        traj = self.traj
+        sq = self.squeeze
+        return items_lib.SampleBatch(
+            self.keys[slots], probabilities, np.full(len(sl), len(self.key_to_slot), np.int64),
+            self.priorities[slots], times_sampled.astype(np.int32), [traj[i] for i in sl],
+            [sq[i] for i in sl])
+
+    def in_insertion_order(self) -> np.ndarray:
+        """The slots of all items, oldest insertion first."""
+        slots = np.fromiter(self.key_to_slot.values(), dtype=np.int64, count=len(self.key_to_slot))
+        return slots[np.argsort(self.sequence[slots], kind="stable")]
+
+    def fill(self, keys: np.ndarray, key_to_slot: dict[int, int], priorities: np.ndarray,
+             times_sampled: np.ndarray, trajectories: Sequence[items_lib.Packed],
+             squeeze: Sequence[tuple[bool, ...]], chunks: Sequence[Chunk],
+             counts: Sequence[int]) -> None:
+        """Fills an empty instance with ``n`` items at slots ``0..n-1`` at once (restores).
+
+        ``key_to_slot`` maps item ``i``'s key to ``i``; ``chunks``/``counts``: every chunk the
+        trajectories reference and how many slices reference it (acquired in bulk).
+        """
+        assert not self.key_to_slot
+        n = len(key_to_slot)
+        self._reserve(n)
+        self.keys[:n] = keys
+        self.priorities[:n] = priorities
+        self.times_sampled[:n] = times_sampled
+        self.sequence[:n] = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
+        self.next_seq += n
+        self.traj[:n] = trajectories
+        self.squeeze[:n] = squeeze
+        self.free = list(range(self.capacity - 1, n - 1, -1))
+        self.key_to_slot.update(key_to_slot)
+        self.store.acquire_many(chunks, counts)
+        er = self.episode_refs
+        for c, m in zip(chunks, counts):
+            if m:
+                er[c.episode_id] = er.get(c.episode_id, 0) + m
