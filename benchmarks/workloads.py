@@ -1,0 +1,593 @@
+"""The benchmark workloads, written once against the ``reverb`` module object.
+
+The same functions run on Ostinato (``import ostinato as reverb``) and on dm-reverb
+(``import reverb``), embedded (server in this process) or networked (server in its own process):
+a workload receives a context (``harness.Ctx``) that gives it the module as ``ctx.reverb``, the
+sizes, the repeat count, and ``ctx.serve(tables)``, which starts a server with those tables and
+hands out clients. Everything inside the timed regions is user code, as users write it.
+
+Steps are what a gym loop produces: rows of pre-generated arrays (views, ``obs[i]``, not
+``obs[i].copy()``) and numpy scalars for ``action`` / ``reward``. The step dicts are built before
+timing. Workload ids, sizes and exact code are documented in ``benchmarks/README.md``.
+
+This module imports only numpy and the standard library, so it runs in either interpreter.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+W1_DATA_BYTES = 8 * 4 + 4 + 4  # obs f32[8] + action i32 + reward f32
+W2_STEP_BYTES = 64 * 4 + 4 + 4  # obs f32[64] + action i32 + reward f32
+W3_SHAPE = (84, 84, 4)
+W3_FRAME_BYTES = 84 * 84 * 4
+SEQ = 10  # W2 item length
+BATCH = 256  # num_samples / batch_size of the sampling workloads
+TABLE_MAX_SIZE = 1_000_000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each workload does. ``QUICK`` is for smoke tests, not for measurements."""
+
+    w1_steps: int = 20_000
+    w2_steps: int = 20_000
+    w3_steps: int = 5_000
+    fill_items: int = 100_000
+    sample_total: int = 20_000
+    w5_batches: int = 100  # W5: at least this many batches and w5_min_s, at most w5_max_s
+    w5_min_s: float = 1.0
+    w5_max_s: float = 3.0
+    w6_seconds: float = 10.0
+    w6_step_pool: int = 20_000
+    mem_items: int = 1_000_000
+    mem_checkpoints: int = 5  # MEM: RSS also read after each fifth of the items
+    mem3_items: int = 5_000
+    settle_s: float = 1.5
+    scale_w1_total: int = 40_000
+    scale_w4_total: int = 20_000
+
+
+FULL = Sizes()
+QUICK = replace(FULL, w1_steps=2_000, w2_steps=2_000, w3_steps=300, fill_items=5_000,
+                sample_total=2_048, w5_batches=10, w5_min_s=0.1, w5_max_s=0.5, w6_seconds=1.0,
+                w6_step_pool=2_000, mem_items=20_000, mem3_items=300, settle_s=0.2,
+                scale_w1_total=4_000, scale_w4_total=2_048)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step data (generated before timing) and tables
+# ---------------------------------------------------------------------------------------------
+
+
+def w1_steps(n: int, seed: int, obs_dim: int = 8) -> list[dict]:
+    """W1 steps {obs f32[obs_dim], action int32, reward f32}: views and numpy scalars."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, obs_dim), dtype=np.float32)
+    action = rng.integers(0, 16, size=n, dtype=np.int32)
+    reward = rng.standard_normal(n, dtype=np.float32)
+    return [{"obs": obs[i], "action": action[i], "reward": reward[i]} for i in range(n)]
+
+
+def w2_steps(n: int, seed: int) -> list[dict]:
+    """W2 steps: {obs f32[64], action int32, reward f32}, views and numpy scalars."""
+    return w1_steps(n, seed, obs_dim=64)
+
+
+def w3_steps(n: int, seed: int) -> list[dict]:
+    """W3 steps: {obs uint8[84,84,4]} of random bytes (incompressible), views."""
+    frames = np.random.default_rng(seed).integers(0, 256, size=(n, *W3_SHAPE), dtype=np.uint8)
+    return [{"obs": frames[i]} for i in range(n)]
+
+
+def table_spec(kind: str, name: str, max_size: int = TABLE_MAX_SIZE) -> dict:
+    """A JSON-able table description (networked servers build tables in another process)."""
+    return {"kind": kind, "name": name, "max_size": max_size}
+
+
+def build_table(reverb, spec: dict):
+    """``uniform``: Uniform/Fifo/MinSize(1); ``prioritized``: Prioritized(0.6)/Fifo/MinSize(1);
+    ``ratio``: Uniform/Fifo/SampleToInsertRatio(1.0, 100, 100) (W6)."""
+    kind = spec["kind"]
+    if kind == "ratio":
+        limiter = reverb.rate_limiters.SampleToInsertRatio(
+            samples_per_insert=1.0, min_size_to_sample=100, error_buffer=100)
+    else:
+        limiter = reverb.rate_limiters.MinSize(1)
+    sampler = (reverb.selectors.Prioritized(0.6) if kind == "prioritized"
+               else reverb.selectors.Uniform())
+    if kind not in ("uniform", "prioritized", "ratio"):
+        raise ValueError(f"unknown table kind {kind!r}")
+    return reverb.Table(name=spec["name"], sampler=sampler, remover=reverb.selectors.Fifo(),
+                        max_size=int(spec.get("max_size", TABLE_MAX_SIZE)), rate_limiter=limiter)
+
+
+# ---------------------------------------------------------------------------------------------
+# User code: the loops that are timed (return the number of items created)
+# ---------------------------------------------------------------------------------------------
+
+
+def write_w1(w, table: str, steps: list[dict]) -> int:
+    """W1: one item per step, the last step with squeezed columns (``history[c][-1]``)."""
+    for step in steps:
+        w.append(step)
+        w.create_item(table, 1.0, {"obs": w.history["obs"][-1],
+                                   "action": w.history["action"][-1],
+                                   "reward": w.history["reward"][-1]})
+    return len(steps)
+
+
+def write_w1t(w, table: str, steps: list[dict]) -> int:
+    """W1t: one item per step, a one-step trajectory (``history[c][-1:]``)."""
+    for step in steps:
+        w.append(step)
+        w.create_item(table, 1.0, {"obs": w.history["obs"][-1:],
+                                   "action": w.history["action"][-1:],
+                                   "reward": w.history["reward"][-1:]})
+    return len(steps)
+
+
+def write_w2(w, table: str, steps: list[dict]) -> int:
+    """W2: from the 10th step on, one item of the last 10 steps of all three columns."""
+    n = 0
+    for i, step in enumerate(steps):
+        w.append(step)
+        if i + 1 >= SEQ:
+            w.create_item(table, 1.0, {"obs": w.history["obs"][-10:],
+                                       "action": w.history["action"][-10:],
+                                       "reward": w.history["reward"][-10:]})
+            n += 1
+    return n
+
+
+def write_w3(w, table: str, steps: list[dict]) -> int:
+    """W3: one item per frame (``history["obs"][-1]``)."""
+    for step in steps:
+        w.append(step)
+        w.create_item(table, 1.0, {"obs": w.history["obs"][-1]})
+    return len(steps)
+
+
+def sample_loop(client, table: str, total: int, **kw) -> int:
+    """W4 (``kw={}``) and W4f (``kw={"emit_timesteps": False}``): 256 per call until ``total``."""
+    n = 0
+    while n < total:
+        for _ in client.sample(table, num_samples=BATCH, **kw):
+            pass
+        n += BATCH
+    return n
+
+
+def sample_batch_loop(client, table: str, total: int) -> int:
+    """W4b (Ostinato only): ``client.sample_batch`` of 256 until ``total``."""
+    n = 0
+    while n < total:
+        n += len(client.sample_batch(table, batch_size=BATCH).info.key)
+    return n
+
+
+def fill_w1(ctx, client, table: str, n: int, seed: int, trajectory: bool) -> None:
+    """Untimed: ``n`` W1 (``trajectory=False``) or W1t items through one writer."""
+    t0 = time.perf_counter()
+    write = write_w1t if trajectory else write_w1
+    with client.trajectory_writer(num_keep_alive_refs=1) as w:
+        for lo in range(0, n, 10_000):
+            write(w, table, w1_steps(min(10_000, n - lo), seed + lo))
+        w.flush()
+    ctx.log(f"  filled {n:,} {'W1t' if trajectory else 'W1'} items into {table!r} in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+
+def fill_obs_sequences(client, table: str, n: int, seed: int, seq: int = SEQ) -> None:
+    """W7/W8 tables: ``n`` items of the last ``seq`` steps of {obs f32[64]} (obs only)."""
+    obs = np.random.default_rng(seed).standard_normal((n + seq - 1, 64), dtype=np.float32)
+    with client.trajectory_writer(num_keep_alive_refs=seq) as w:
+        for i in range(n + seq - 1):
+            w.append({"obs": obs[i]})
+            if i + 1 >= seq:
+                w.create_item(table, 1.0, {"obs": w.history["obs"][-seq:]})
+        w.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Workloads: each takes a ctx and returns {"unit", "values", "params"[, "extra"]}
+# ---------------------------------------------------------------------------------------------
+
+
+def _insert(ctx, wid: str, steps: list[dict], write, keep: int, data_bytes: int) -> list:
+    """One server, a fresh table per repeat; times append + create_item + the final flush()."""
+    specs = [table_spec("uniform", f"{wid.lower()}_{r}") for r in range(ctx.repeat)]
+    runs = []
+    with ctx.serve(specs) as dep:
+        client = dep.client()
+        for r, spec in enumerate(specs):
+            gc.collect()
+            with client.trajectory_writer(num_keep_alive_refs=keep) as w:
+                t0 = time.perf_counter()
+                n = write(w, spec["name"], steps)
+                w.flush()
+                dt = time.perf_counter() - t0
+            runs.append((n, dt))
+            ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s, "
+                    f"{data_bytes / dt / 1e6:,.1f} MB/s ({dt:.2f} s)")
+    return runs
+
+
+def run_w1(ctx, trajectory: bool = False) -> dict:
+    steps = w1_steps(ctx.sizes.w1_steps, seed=1)
+    wid = "W1t" if trajectory else "W1"
+    runs = _insert(ctx, wid, steps, write_w1t if trajectory else write_w1, 1,
+                   len(steps) * W1_DATA_BYTES)
+    return {"unit": "items/s", "values": [n / dt for n, dt in runs],
+            "params": {"steps": len(steps), "num_keep_alive_refs": 1,
+                       "item": "history[c][-1:]" if trajectory else "history[c][-1]"}}
+
+
+def run_w2(ctx) -> dict:
+    steps = w2_steps(ctx.sizes.w2_steps, seed=2)
+    total = len(steps) * W2_STEP_BYTES
+    runs = _insert(ctx, "W2", steps, write_w2, SEQ, total)
+    return {"unit": "items/s", "values": [n / dt for n, dt in runs],
+            "params": {"steps": len(steps), "seq_len": SEQ, "step_bytes_total": total},
+            "extra": {"W2_MBps": {"unit": "MB/s", "values": [total / dt / 1e6 for _, dt in runs]}}}
+
+
+def run_w3(ctx) -> dict:
+    steps = w3_steps(ctx.sizes.w3_steps, seed=3)
+    total = len(steps) * W3_FRAME_BYTES
+    runs = _insert(ctx, "W3", steps, write_w3, 1, total)
+    return {"unit": "MB/s", "values": [total / dt / 1e6 for _, dt in runs],
+            "params": {"steps": len(steps), "obs": "uint8[84,84,4]", "step_bytes_total": total},
+            "extra": {"W3_items": {"unit": "items/s", "values": [n / dt for n, dt in runs]}}}
+
+
+class _filled:
+    """A server with one table of ``fill_items`` W1/W1t items (untimed), settled."""
+
+    def __init__(self, ctx, wid: str, kind: str, trajectory: bool, seed: int):
+        self.table = wid.lower()
+        self.dep = ctx.serve([table_spec(kind, self.table)])
+        try:
+            self.client = self.dep.client()
+            fill_w1(ctx, self.client, self.table, ctx.sizes.fill_items, seed, trajectory)
+            ctx.settle()
+        except BaseException:
+            self.dep.stop()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.dep.stop()
+
+
+def _in_threads(n: int, fn: Callable[[int], Any]) -> tuple[float, list]:
+    """Runs fn(0..n-1) in n threads started together; returns (wall time until all have
+    ended, their results)."""
+    barrier = threading.Barrier(n + 1)
+    errors: list[str] = []
+    results: list = [None] * n
+
+    def body(k):
+        try:
+            barrier.wait()
+            results[k] = fn(k)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(f"thread {k}: {e!r}")
+            traceback.print_exc()
+    threads = [threading.Thread(target=body, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return dt, results
+
+
+def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
+    """W4 family: ``client.sample(table, num_samples=256)`` on 100k items until 20k samples.
+
+    timesteps=True: W1t items, default ``emit_timesteps=True`` (yields a 1-element list).
+    timesteps=False: W1 items, ``emit_timesteps=False`` (dm-reverb 0.14 cannot split squeezed
+    columns into timesteps). threads=2: two threads share the client, 10k samples each.
+    """
+    wid = ("W4" if timesteps else "W4f") + (f"x{threads}" if threads > 1 else "")
+    kw = {} if timesteps else {"emit_timesteps": False}
+    total = ctx.sizes.sample_total
+    with _filled(ctx, wid, "uniform", trajectory=timesteps, seed=4) as f:
+        client, table = f.client, f.table
+        sample_loop(client, table, BATCH, **kw)  # warm-up, untimed
+        per = total // threads
+
+        def one(_k: int) -> int:
+            return sample_loop(client, table, per, **kw)
+        values = []
+        for r in range(ctx.repeat):
+            if threads == 1:  # in this (the main) thread, as a user's loop runs
+                t0 = time.perf_counter()
+                n = sample_loop(client, table, total, **kw)
+                dt = time.perf_counter() - t0
+            else:
+                dt, counts = _in_threads(threads, one)
+                n = sum(counts)
+            values.append(n / dt)
+            ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
+        first = next(iter(client.sample(table, num_samples=1, **kw)))
+        params = {"items": ctx.sizes.fill_items, "samples": total, "num_samples": BATCH,
+                  "threads": threads, "emit_timesteps": timesteps,
+                  "item": "history[c][-1:]" if timesteps else "history[c][-1]",
+                  "yielded": (f"list[{len(first)}]" if isinstance(first, list)
+                              else type(first).__name__)}
+        if not timesteps:  # record what the default emit_timesteps=True does on these items
+            try:
+                s = next(iter(client.sample(table, num_samples=1)))
+                params["emit_timesteps_true_on_squeezed"] = f"yields {type(s).__name__}"
+            except Exception as e:  # dm-reverb 0.14: TypeError: len() of unsized object
+                params["emit_timesteps_true_on_squeezed"] = f"raises {type(e).__name__}: {e}"
+    return {"unit": "items/s", "values": values, "params": params}
+
+
+def run_w4b(ctx) -> dict:
+    """W4b (Ostinato only): ``client.sample_batch(table, batch_size=256)``."""
+    with _filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps",
+                 seed=4) as f:
+        sample_batch_loop(f.client, f.table, BATCH)  # warm-up, untimed
+        values = []
+        for r in range(ctx.repeat):
+            t0 = time.perf_counter()
+            n = sample_batch_loop(f.client, f.table, ctx.sizes.sample_total)
+            dt = time.perf_counter() - t0
+            values.append(n / dt)
+            ctx.log(f"  W4b run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
+    return {"unit": "items/s", "values": values,
+            "params": {"items": ctx.sizes.fill_items, "samples": ctx.sizes.sample_total,
+                       "batch_size": BATCH, "sample_style": ctx.sample_style}}
+
+
+def _batches_per_s(ctx, wid: str, step: Callable[[], None]) -> list[float]:
+    """Runs step() once untimed, then per repeat until w5_batches (and >= w5_min_s) or
+    w5_max_s; returns batches/s per repeat."""
+    s = ctx.sizes
+    step()
+    values = []
+    for r in range(ctx.repeat):
+        batches, t0 = 0, time.perf_counter()
+        while True:
+            step()
+            batches += 1
+            el = time.perf_counter() - t0
+            if (batches >= s.w5_batches and el >= s.w5_min_s) or el >= s.w5_max_s:
+                break
+        values.append(batches / el)
+        ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {batches / el:,.1f} batches/s "
+                f"({batches} batches, {el:.2f} s)")
+    return values
+
+
+def run_w5(ctx) -> dict:
+    """W5: sample 256 + ``mutate_priorities`` of their keys, Prioritized(0.6)/Fifo."""
+    rng = np.random.default_rng(5)
+    timesteps = ctx.sample_style == "timesteps"
+    with _filled(ctx, "W5", "prioritized", trajectory=timesteps, seed=5) as f:
+        client, table = f.client, f.table
+
+        def step():
+            if timesteps:
+                keys = [s[0].info.key for s in client.sample(table, num_samples=256)]
+            else:
+                keys = [s.info.key for s in
+                        client.sample(table, num_samples=256, emit_timesteps=False)]
+            prios = rng.uniform(0.01, 10.0, size=len(keys))
+            client.mutate_priorities(table, updates={k: float(p) for k, p in zip(keys, prios)})
+        values = _batches_per_s(ctx, "W5", step)
+    return {"unit": "batches/s", "values": values,
+            "params": {"items": ctx.sizes.fill_items, "batch": BATCH, "priority_exponent": 0.6,
+                       "sample_style": ctx.sample_style}}
+
+
+def run_w5b(ctx) -> dict:
+    """W5b (Ostinato only): ``sample_batch`` + ``update_priorities``."""
+    rng = np.random.default_rng(5)
+    with _filled(ctx, "W5b", "prioritized", trajectory=ctx.sample_style == "timesteps",
+                 seed=5) as f:
+        client, table = f.client, f.table
+
+        def step():
+            keys = client.sample_batch(table, batch_size=256).info.key
+            client.update_priorities(table, keys, rng.uniform(0.01, 10.0, size=len(keys)))
+        values = _batches_per_s(ctx, "W5b", step)
+    return {"unit": "batches/s", "values": values,
+            "params": {"items": ctx.sizes.fill_items, "batch": BATCH, "priority_exponent": 0.6,
+                       "sample_style": ctx.sample_style}}
+
+
+# ---- W6: 2 writers + 1 sampler ----------------------------------------------------------------
+
+W6_WRITERS = 2
+W6_PENDING = 5  # each writer: flush(block_until_num_items=5) after every item
+W6_FLUSH_TIMEOUT_MS = 500  # only so that a writer notices the end while the limiter blocks it
+
+
+def _w6_once(ctx, dep, table: str, seed: int) -> tuple[float, float, float]:
+    reverb = ctx.reverb
+    traj = ctx.sample_style == "timesteps"
+    write = write_w1t if traj else write_w1
+    kw = {} if traj else {"emit_timesteps": False}
+    clients = [dep.client() for _ in range(W6_WRITERS + 1)]
+    pools = [w1_steps(ctx.sizes.w6_step_pool, seed=seed + k) for k in range(W6_WRITERS)]
+    inserts, samples = [0] * W6_WRITERS, [0]
+    stop, sampler_done = threading.Event(), threading.Event()
+    failures: list[str] = []
+    ready = threading.Barrier(W6_WRITERS + 2)
+
+    def writer(k):
+        try:
+            w = clients[k].trajectory_writer(num_keep_alive_refs=1)
+            pool, i = pools[k], 0
+            ready.wait()
+            while not sampler_done.is_set():
+                write(w, table, [pool[i % len(pool)]])
+                i += 1
+                inserts[k] += 1
+                while True:
+                    try:
+                        w.flush(block_until_num_items=W6_PENDING, timeout_ms=W6_FLUSH_TIMEOUT_MS)
+                        break
+                    except reverb.errors.DeadlineExceededError:
+                        if sampler_done.is_set():
+                            break
+            w.close()
+        except BaseException as e:  # noqa: BLE001
+            failures.append(f"writer {k}: {e!r}")
+            traceback.print_exc()
+            ready.abort()
+
+    def sampler():
+        try:
+            ready.wait()
+            while not stop.is_set():
+                for _ in clients[-1].sample(table, num_samples=BATCH, **kw):
+                    samples[0] += 1
+        except BaseException as e:  # noqa: BLE001
+            failures.append(f"sampler: {e!r}")
+            traceback.print_exc()
+            ready.abort()
+        finally:
+            sampler_done.set()
+
+    threads = [threading.Thread(target=writer, args=(k,), daemon=True)
+               for k in range(W6_WRITERS)] + [threading.Thread(target=sampler, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < ctx.sizes.w6_seconds and not failures:
+            time.sleep(0.05)
+        ins, smp, dt = sum(inserts), samples[0], time.perf_counter() - t0
+    finally:
+        stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    if any(t.is_alive() for t in threads):
+        failures.append("W6 threads did not finish within 60 s after the run")
+    if failures:
+        raise RuntimeError("; ".join(failures))
+    return ins / dt, smp / dt, dt
+
+
+def run_w6(ctx) -> dict:
+    """W6: 2 writer threads (own client each, W1 items, flush(block_until_num_items=5) after
+    each) and 1 sampler thread (own client, sample 256 in a loop) on a SampleToInsertRatio(1.0,
+    100, 100) table for w6_seconds; counters read at the end of the window."""
+    specs = [table_spec("ratio", f"w6_{r}") for r in range(ctx.repeat)]
+    ins, smp = [], []
+    with ctx.serve(specs) as dep:
+        for r, spec in enumerate(specs):
+            gc.collect()
+            i, s, dt = _w6_once(ctx, dep, spec["name"], seed=60 + 10 * r)
+            ins.append(i)
+            smp.append(s)
+            ctx.log(f"  W6 run {r + 1}/{ctx.repeat}: {i:,.0f} inserts/s, {s:,.0f} samples/s "
+                    f"({dt:.1f} s)")
+    return {"unit": "inserts/s", "values": ins,
+            "params": {"writers": W6_WRITERS, "samplers": 1, "seconds": ctx.sizes.w6_seconds,
+                       "flush_block_until_num_items": W6_PENDING, "sample_num_samples": BATCH,
+                       "rate_limiter": "SampleToInsertRatio(1.0, 100, 100)",
+                       "sample_style": ctx.sample_style},
+            "extra": {"W6_samples": {"unit": "samples/s", "values": smp}}}
+
+
+# ---- memory (each run in a fresh process; see harness.run_mem) -------------------------------
+
+
+def mem_child(reverb, kind: str, n: int, checkpoints: int, rss: Callable[[], int]) -> dict:
+    """Inside a fresh process: resident bytes added by ``n`` stored items (after a warm-up).
+
+    kind ``MEM``: W1 items; result = bytes per item beyond the 40 data bytes, also read after
+    each 1/checkpoints of the items. kind ``MEM3``: W3 frames; result = resident bytes / data.
+    """
+    warm = 1_000 if kind == "MEM" else 20
+    if kind == "MEM":
+        steps, write, data = w1_steps(n + warm, seed=7), write_w1, W1_DATA_BYTES
+    else:
+        steps, write, data = w3_steps(n + warm, seed=8), write_w3, W3_FRAME_BYTES
+    server = reverb.Server(tables=[build_table(reverb, table_spec("uniform", "mem", n + warm))])
+    client = server.localhost_client()
+    curve = []
+    try:
+        with client.trajectory_writer(num_keep_alive_refs=1) as w:
+            write(w, "mem", steps[:warm])
+            w.flush()
+            before = rss()
+            t0 = time.perf_counter()
+            done = 0
+            for c in range(1, checkpoints + 1):
+                hi = n * c // checkpoints
+                write(w, "mem", steps[warm + done:warm + hi])
+                w.flush()
+                done = hi
+                if c < checkpoints:
+                    curve.append((done, (rss() - before) / done - data))
+            dt = time.perf_counter() - t0
+            after = rss()
+        size = int(client.server_info()["mem"].current_size)
+    finally:
+        server.stop()
+    per_item = (after - before) / n
+    curve.append((n, per_item - data))
+    value = per_item - data if kind == "MEM" else per_item / data
+    return {"value": value, "rss_before": before, "rss_after": after, "items": n,
+            "table_size": size, "rss_per_item": per_item, "data_bytes_per_item": data,
+            "overhead_curve": curve, "insert_seconds": dt}
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    title: str
+    run: Callable[[Any], dict] | None  # None: run by the harness/script (MEM, SCALE)
+    ostinato_only: bool = False
+    baseline: str | None = None  # the Reverb workload an Ostinato-only one is compared with
+
+
+WORKLOADS: dict[str, Workload] = {
+    "W1": Workload("insert_small `[-1]`", run_w1),
+    "W1t": Workload("insert_small `[-1:]`", lambda ctx: run_w1(ctx, trajectory=True)),
+    "W2": Workload("insert_sequences, 3 columns", run_w2),
+    "W3": Workload("insert_large uint8[84,84,4]", run_w3),
+    "W4": Workload("sample_uniform, timesteps", run_w4),
+    "W4f": Workload("sample_uniform, emit_timesteps=False",
+                    lambda ctx: run_w4(ctx, timesteps=False)),
+    "W4x2": Workload("sample_uniform, timesteps, 2 threads",
+                     lambda ctx: run_w4(ctx, threads=2)),
+    "W4fx2": Workload("sample_uniform, emit_timesteps=False, 2 threads",
+                      lambda ctx: run_w4(ctx, timesteps=False, threads=2)),
+    "W4b": Workload("sample_uniform, `sample_batch`", run_w4b, True, "W4"),
+    "W5": Workload("sample_prioritized + mutate_priorities", run_w5),
+    "W5b": Workload("sample_prioritized, `sample_batch` + `update_priorities`", run_w5b, True,
+                    "W5"),
+    "W6": Workload("concurrent (2 writers + 1 sampler), inserts", run_w6),
+    "MEM": Workload("memory beyond data per W1 item", None),
+    "MEM3": Workload("memory per W3 frame / frame bytes", None),
+    "SCALE": Workload("W1 and W4 from 1-8 client processes", None),
+}
+EXTRA_TITLES = {"W2_MBps": "insert_sequences, step data", "W3_items": "insert_large, items",
+                "W6_samples": "concurrent (2 writers + 1 sampler), samples"}
