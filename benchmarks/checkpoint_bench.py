@@ -51,8 +51,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-import core_bench as cb  # noqa: E402  (shared helpers: impl import, server stop)
-import net_bench as nb  # noqa: E402  (native-noise filter, child stdout reader, tables)
+import harness  # noqa: E402  (tables)
+import servers  # noqa: E402  (impl import, child processes, reverb interpreter)
+import workloads as wl  # noqa: E402  (the fill: W2-style items of 10 steps of obs f32[64])
+from servers import log  # noqa: E402
 
 SEQ = 10
 ITEMS = 100_000
@@ -64,13 +66,6 @@ ROWS = [("checkpoint_s", "client.checkpoint()", "s"),
         ("restore_s", "restore (server start included)", "s"),
         ("size_mb", "bytes on disk", "MB"),
         ("launch_s", "launch to serving (imports included)", "s")]
-
-
-def log(msg: str) -> None:
-    print(f"[checkpoint_bench] {msg}", file=sys.stderr, flush=True)
-
-
-cb.log = nb.cb.log = log
 
 
 # --------------------------------------------------------------------------------------
@@ -87,23 +82,6 @@ def make_checkpointer(reverb, impl: str, root: str, compression: str | None):
     if impl == "ostinato":
         return reverb.checkpointers.DefaultCheckpointer(root, compression=compression)
     return reverb.checkpointers.DefaultCheckpointer(root)
-
-
-def network_client(reverb, impl: str, port: int):
-    if impl == "ostinato":
-        return reverb.Client(f"localhost:{port}", in_process=False)
-    return reverb.Client(f"localhost:{port}")
-
-
-def fill(client, n: int) -> None:
-    rng = np.random.default_rng(0)
-    obs = rng.standard_normal((n + SEQ, 64), dtype=np.float32)
-    with client.trajectory_writer(num_keep_alive_refs=SEQ) as w:
-        for i in range(n + SEQ - 1):
-            w.append({"obs": obs[i]})
-            if i + 1 >= SEQ:
-                w.create_item("w7", 1.0, {"obs": w.history["obs"][-SEQ:]})
-        w.flush()
 
 
 def dir_bytes(root: str) -> int:
@@ -184,7 +162,7 @@ def measure_serving(server, client, ckpt, keep_path: str) -> dict:
 
 
 def save_child(args) -> dict:
-    reverb, ver = cb.import_impl(args.impl)
+    reverb, ver = servers.import_impl(args.impl)
     # Byte-compile the library as an installed package is, so that the restore child does not
     # compile sources it imports lazily (PYTHONDONTWRITEBYTECODE, or sources newer than their
     # .pyc, would otherwise put compile time into the restore).
@@ -193,26 +171,27 @@ def save_child(args) -> dict:
     server = reverb.Server(tables=[make_table(reverb, args.items)], checkpointer=ckpt)
     client = (server.localhost_client() if args.impl == "ostinato"
               else reverb.Client(f"localhost:{server.port}"))
-    fill(client, args.items)
+    wl.fill_obs_sequences(client, "w7", args.items, seed=0, seq=SEQ)
     t0 = time.perf_counter()
     path = client.checkpoint()
     out = {"version": ver, "checkpoint_s": time.perf_counter() - t0, "path": path,
            "size_mb": dir_bytes(args.root) / 1e6}
     if args.impl == "ostinato" and args.serving:
         out.update(measure_serving(server, client, ckpt, path))
-    cb.stop_server(server)
+    server.stop()
     return out
 
 
 def restore_child(args) -> dict:
     t_launch = time.perf_counter()
-    reverb, ver = cb.import_impl(args.impl)
+    reverb, ver = servers.import_impl(args.impl)
     table = make_table(reverb, args.items)
     import_s = time.perf_counter() - t_launch
     t0 = time.perf_counter()
     server = reverb.Server(tables=[table],
                            checkpointer=make_checkpointer(reverb, args.impl, args.root, None))
-    size = network_client(reverb, args.impl, server.port).server_info()["w7"].current_size
+    client = servers.connect(reverb, args.impl, server.port, check=False)
+    size = client.server_info()["w7"].current_size
     restore_s = time.perf_counter() - t0
     if size != args.items:
         raise SystemExit(f"restored {size} items, expected {args.items}")
@@ -220,11 +199,7 @@ def restore_child(args) -> dict:
 
 
 def _run_child(impl: str, mode: str, root: str, args) -> tuple[dict, float]:
-    py = sys.executable if impl == "ostinato" else os.environ.get(
-        "OSTINATO_REVERB_PYTHON", cb.DEFAULT_REVERB_PYTHON)
-    if not os.path.exists(py):
-        raise SystemExit(f"reverb python {py!r} not found; set OSTINATO_REVERB_PYTHON "
-                         "(see benchmarks/README.md, 'Comparing with dm-reverb')")
+    py = sys.executable if impl == "ostinato" else servers.reverb_python()
     cmd = [py, os.path.abspath(__file__), "--impl", impl, f"--{mode}-child", root,
            "--items", str(args.items)]
     if args.compression:
@@ -233,11 +208,11 @@ def _run_child(impl: str, mode: str, root: str, args) -> tuple[dict, float]:
         cmd.append("--no-serving")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pump = threading.Thread(target=nb._pump, args=(proc.stderr, f"  ({impl} {mode}) "),
+    pump = threading.Thread(target=servers.pump, args=(proc.stderr, f"  ({impl} {mode}) "),
                             daemon=True)
     pump.start()
     try:
-        line = nb._readline(proc, CHILD_TIMEOUT, f"{impl} {mode} child")
+        line = servers.readline(proc, CHILD_TIMEOUT, f"{impl} {mode} child")
     except BaseException:
         proc.kill()
         raise
@@ -346,6 +321,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    servers.set_log_prefix("checkpoint_bench")
     for mode, fn in (("save", save_child), ("restore", restore_child)):
         root = getattr(args, f"{mode}_child")
         if root is not None:
@@ -371,13 +347,13 @@ def main(argv=None) -> int:
     print(f"\nW7, {args.items:,} items: {title} (median of {args.repeat}, range in brackets; "
           f"{os.cpu_count()} CPUs)\n")
     hdr = ("", "ostinato", "reverb", "unit", "ratio", "target", "result")
-    print(nb.text_table(rows, hdr, left=(0, 3, 5)))
+    print(harness.text_table(rows, hdr, left=(0, 3, 5)))
     if args.markdown:
-        print("\n" + nb.markdown_table(rows, hdr))
+        print("\n" + harness.markdown_table(rows, hdr))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": res, "items": args.items, "repeat": args.repeat,
-                       "commit": nb._git_commit()}, f, indent=2)
+                       "commit": servers.git_commit()}, f, indent=2)
         log(f"wrote {args.json}")
     log(f"total {time.perf_counter() - t_start:.0f} s")
     return 0

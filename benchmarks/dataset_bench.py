@@ -47,8 +47,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parent
-DEFAULT_REVERB_PYTHON = os.environ.get("OSTINATO_REVERB_PYTHON", "/opt/reverb-venv/bin/python")
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import harness  # noqa: E402  (tables)
+import servers  # noqa: E402  (impl import, reverb interpreter)
+import workloads as wl  # noqa: E402  (the fill: W2-style items of 10 steps of obs f32[64])
 
 ITEMS = 100_000
 SEQ = 10
@@ -65,17 +68,7 @@ def log(msg: str) -> None:
 
 
 def import_impl(name: str):
-    if name == "reverb":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import reverb  # noqa: PLC0415
-
-        return reverb
-    try:
-        import ostinato as reverb  # noqa: PLC0415
-    except ImportError:
-        sys.path.insert(0, str(REPO_ROOT / "src"))
-        import ostinato as reverb  # noqa: PLC0415
-    return reverb
+    return servers.import_impl(name)[0]
 
 
 def w8_table(reverb):
@@ -92,14 +85,8 @@ def w8_table(reverb):
 
 
 def fill(client, items: int) -> None:
-    obs = np.random.default_rng(8).standard_normal((items + SEQ - 1, OBS_DIM), dtype=np.float32)
     t0 = time.perf_counter()
-    with client.trajectory_writer(num_keep_alive_refs=SEQ) as w:
-        for i in range(len(obs)):
-            w.append({"obs": obs[i]})
-            if i >= SEQ - 1:
-                w.create_item("w8", 1.0, {"obs": w.history["obs"][-SEQ:]})
-        w.flush()
+    wl.fill_obs_sequences(client, "w8", items, seed=8, seq=SEQ)
     log(f"  filled {items:,} items in {time.perf_counter() - t0:.1f} s")
 
 
@@ -264,8 +251,7 @@ def run_impl(args) -> dict:
 
 # -- comparison ---------------------------------------------------------------------------------
 def compare(ours: dict, theirs: dict, modes: list[str], reference: bool) -> list[str]:
-    rows = ["| adapter | mode | ostinato items/s | baseline | ratio | target | verdict |",
-            "|---|---|---:|---|---:|---|---|"]
+    rows = []
     for key, r in ours.items():
         adapter, mode = key.split("/")
         value = r["median"]
@@ -287,9 +273,10 @@ def compare(ours: dict, theirs: dict, modes: list[str], reference: bool) -> list
             base, label, target = ref["median"], f"numpy {ref['median']:,.0f}", 0.8
         ratio = value / base
         verdict = "PASS" if ratio >= target else "FAIL"
-        rows.append(f"| {adapter} | {mode} | {value:,.0f} | {label} | {ratio:.2f}x | "
-                    f">= {target}x | {verdict} |")
-    return rows
+        rows.append((adapter, mode, f"{value:,.0f}", label, f"{ratio:.2f}x", f">= {target}x",
+                     verdict))
+    hdr = ("adapter", "mode", "ostinato items/s", "baseline", "ratio", "target", "verdict")
+    return harness.markdown_table(rows, hdr, right=(2, 4)).splitlines()
 
 
 def main() -> None:
@@ -324,7 +311,7 @@ def main() -> None:
     out[args.impl] = run_impl(args)
     theirs: dict = {}
     if args.compare_reverb and args.impl == "ostinato":
-        cmd = [DEFAULT_REVERB_PYTHON, __file__, "--impl", "reverb", "--repeat",
+        cmd = [servers.reverb_python(), __file__, "--impl", "reverb", "--repeat",
                str(args.repeat), "--modes", ",".join(args.modes), "--batches",
                str(args.batches), "--items", str(args.items), "--in-flight",
                str(args.in_flight), "--json", "/dev/stdout"]

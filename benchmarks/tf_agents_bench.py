@@ -33,6 +33,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (markdown tables)
+
 TABLE = "uniform_table"
 WORKLOADS = ("observer", "dataset", "loop", "floors")
 DEFAULT_OSTINATO_PY = os.environ.get("OSTINATO_TFA_PYTHON", ".venv-tfa/bin/python")
@@ -308,8 +311,7 @@ def compare(args) -> int:
             runs[impl].append(res)
             log(f"  {res}")
     print(f"TF-Agents on Ostinato vs dm-reverb (median of {args.repeat}, runs alternated)\n")
-    print("| workload | Ostinato | Reverb | ratio | target |")
-    print("|---|---:|---:|---:|---|")
+    rows = []
     for key in UNITS:
         if not runs["ostinato"] or key not in runs["ostinato"][0] or key in BOUNDS:
             continue
@@ -320,11 +322,14 @@ def compare(args) -> int:
         target = TARGETS[key]
         met = ratio <= target if better == "lower" else ratio >= target
         tgt = f"{'≤' if better == 'lower' else '≥'} {target:.2g}×"
-        print(f"| {name} | {o:,.1f} | {v:,.1f} | {ratio:.2f}× | {tgt} {'met' if met else 'MISSED'} |")
+        rows.append((name, f"{o:,.1f}", f"{v:,.1f}", f"{ratio:.2f}×",
+                     f"{tgt} {'met' if met else 'MISSED'}"))
     for key in BOUNDS:
         vals = [r[key] for rs in runs.values() for r in rs if key in r]
         if vals:
-            print(f"| {UNITS[key][0]} | {statistics.median(vals):,.1f} (both) | | | |")
+            rows.append((UNITS[key][0], f"{statistics.median(vals):,.1f} (both)", "", "", ""))
+    print(harness.markdown_table(rows, ("workload", "Ostinato", "Reverb", "ratio", "target"),
+                                 right=(1, 2, 3)))
     print("\nEvery run:")
     for impl, rs in runs.items():
         for key in UNITS:
