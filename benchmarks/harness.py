@@ -243,7 +243,7 @@ def compare_rows(bench: Bench, ost: dict, rev: dict) -> tuple[list[tuple], int, 
             total += 1
             got = ov if t.kind == "max" else (ov / rv if ov is not None and rv else None)
             if got is None:
-                verdict = "error"
+                verdict = "error" if ("error" in o or "error" in r) else "no Reverb result"
             elif (got <= t.value) if t.kind == "max" else (got >= t.value):
                 verdict, met = "met", met + 1
             else:

@@ -285,6 +285,7 @@ BENCH = harness.Bench(name="net_bench", script=os.path.abspath(__file__), mode="
 
 def main(argv=None) -> int:
     args = harness.parse_args(BENCH, __doc__.split("\n\n")[0], argv)
+    servers.set_log_prefix(BENCH.name)
     if args.scale_worker is not None:
         return worker_main(args.impl, args.scale_worker, args.sample_style)
     try:
