@@ -249,7 +249,7 @@ def run_w3(ctx) -> dict:
             "extra": {"W3_items": {"unit": "items/s", "values": [n / dt for n, dt in runs]}}}
 
 
-class _filled:
+class _Filled:
     """A server with one table of ``fill_items`` W1/W1t items (untimed), settled."""
 
     def __init__(self, ctx, wid: str, kind: str, trajectory: bool, seed: int):
@@ -307,7 +307,7 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
     wid = ("W4" if timesteps else "W4f") + (f"x{threads}" if threads > 1 else "")
     kw = {} if timesteps else {"emit_timesteps": False}
     total = ctx.sizes.sample_total
-    with _filled(ctx, wid, "uniform", trajectory=timesteps, seed=4) as f:
+    with _Filled(ctx, wid, "uniform", trajectory=timesteps, seed=4) as f:
         client, table = f.client, f.table
         sample_loop(client, table, BATCH, **kw)  # warm-up, untimed
         per = total // threads
@@ -342,7 +342,7 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
 
 def run_w4b(ctx) -> dict:
     """W4b (Ostinato only): ``client.sample_batch(table, batch_size=256)``."""
-    with _filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps",
+    with _Filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps",
                  seed=4) as f:
         sample_batch_loop(f.client, f.table, BATCH)  # warm-up, untimed
         values = []
@@ -381,7 +381,7 @@ def run_w5(ctx) -> dict:
     """W5: sample 256 + ``mutate_priorities`` of their keys, Prioritized(0.6)/Fifo."""
     rng = np.random.default_rng(5)
     timesteps = ctx.sample_style == "timesteps"
-    with _filled(ctx, "W5", "prioritized", trajectory=timesteps, seed=5) as f:
+    with _Filled(ctx, "W5", "prioritized", trajectory=timesteps, seed=5) as f:
         client, table = f.client, f.table
 
         def step():
@@ -401,7 +401,7 @@ def run_w5(ctx) -> dict:
 def run_w5b(ctx) -> dict:
     """W5b (Ostinato only): ``sample_batch`` + ``update_priorities``."""
     rng = np.random.default_rng(5)
-    with _filled(ctx, "W5b", "prioritized", trajectory=ctx.sample_style == "timesteps",
+    with _Filled(ctx, "W5b", "prioritized", trajectory=ctx.sample_style == "timesteps",
                  seed=5) as f:
         client, table = f.client, f.table
 
