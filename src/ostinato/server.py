@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import threading
 from collections.abc import Sequence
@@ -89,6 +90,13 @@ def _port_is_free(host: str, port: int) -> bool:
         return True  # let gRPC report the bad host
     for family, kind, proto, _, addr in infos:
         with socket.socket(family, kind, proto) as s:
+            if os.name != "nt":
+                # Connections of a server that just died linger in TIME_WAIT on its port;
+                # they must not count as "in use" (gRPC itself binds with SO_REUSEADDR, and
+                # a restarted server has to get its old port back). A listening socket still
+                # makes this bind fail on Linux and the BSDs. (Windows' SO_REUSEADDR would
+                # let the bind succeed even then, so it is not set there.)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(addr)
             except OSError as e:
