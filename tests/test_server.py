@@ -123,6 +123,22 @@ def test_port_reported_and_collisions(make_server):
         sock.close()
 
 
+def test_a_crashed_servers_port_can_be_taken_again_at_once():
+    # The dead server's connections linger in TIME_WAIT on its port; a server restarted in
+    # its place (by Ray, Kubernetes, systemd) must get the port, and clients reconnect.
+    from server_process import ServerProcess
+
+    code = "import ostinato as reverb\nTABLES = [reverb.Table.queue('q', 10)]"
+    first = ServerProcess(code)
+    client = reverb.Client(f"127.0.0.1:{first.port}", in_process=False, unavailable_timeout=10)
+    client.insert(np.int64(1), {"q": 1.0})
+    first.kill()  # SIGKILL: no clean shutdown
+    with ServerProcess(code, port=first.port) as second:
+        assert second.port == first.port
+        client.insert(np.int64(2), {"q": 1.0})  # the same client, reconnected
+        assert client.server_info(timeout=5)["q"].current_size == 1
+
+
 def test_context_manager_and_stop_wakes_blocked_calls():
     import threading
 
