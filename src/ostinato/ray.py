@@ -572,6 +572,14 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         raise RuntimeError("start_shards needs Ray: call ray.init() first (or ray.init(address="
                            "'auto') to join a running cluster)")
 
+    total = ray.cluster_resources()
+    short = {k: f"{v * num_shards:g} needed, {total.get(k, 0):g} in the cluster"
+             for k, v in bundle.items() if v * num_shards > total.get(k, 0)}
+    if short:  # an autoscaling cluster may still grow to fit; others will time out
+        _log.warning("%d shards of %s do not fit the cluster as it is (%s): waiting up to %s s "
+                     "for it to grow; lower num_cpus/resources per shard otherwise",
+                     num_shards, bundle, "; ".join(f"{k}: {v}" for k, v in short.items()),
+                     timeout)
     pg_kwargs: dict[str, Any] = {"strategy": strategy}
     if name:
         pg_kwargs["name"] = f"{name}-shards"
@@ -585,7 +593,8 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(
                 f"the cluster could not place {num_shards} shards of {bundle} with strategy "
-                f"{strategy} within {timeout} s (available: {ray.available_resources()})") from None
+                f"{strategy} within {timeout} s (available now: {ray.available_resources()}; "
+                "lower num_cpus or resources per shard, or add nodes)") from None
 
         def in_bundle(i: int) -> Any:
             return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)

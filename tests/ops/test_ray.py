@@ -140,6 +140,15 @@ def test_a_shard_that_cannot_start_fails_start_shards_quickly(ray_cluster, tmp_p
     assert time.monotonic() - t0 < 30
 
 
+def test_shards_that_do_not_fit_the_cluster_time_out_with_a_hint(ray_cluster):
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="lower num_cpus"):
+        start_shards(CONFIG, 2, num_cpus=100, timeout=2)
+    assert time.monotonic() - t0 < 20
+    states = [pg["state"] for pg in ray.util.placement_group_table().values()]
+    assert "PENDING" not in states  # the unplaceable group was removed
+
+
 # -- a shard killed and restored mid-run ----------------------------------------------------------
 @ray.remote(num_cpus=0)
 def _writer(group: ShardGroup, wid: int, seconds: float, per_flush: int) -> list:
