@@ -433,7 +433,7 @@ class ShardGroup:
         except ValueError:
             pg = None
         handle = cls(actors, [""] * len(actors), pg, group["token"], name)
-        handle.refresh_addresses(timeout)
+        handle._addresses = [i.address for i in handle.info(timeout=timeout)]
         return handle
 
     # -- internals --------------------------------------------------------------------------------
