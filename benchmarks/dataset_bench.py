@@ -129,7 +129,7 @@ class Deployment:
         return dep
 
     def client(self):
-        if self.mode == "networked" and hasattr(self.reverb.Client, "_get_transport"):
+        if self.mode == "networked" and self.reverb.__name__ == "ostinato":
             return self.reverb.Client(self.address, in_process=False)
         return self.reverb.Client(self.address)
 

@@ -19,6 +19,8 @@ from ostinato.core.specs import is_spec_like
 from ostinato.core.table_info import TableInfo
 from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.base import TableMeta, Transport
+from ostinato.transport.connect import connect
+from ostinato.transport.registry import split_addresses
 from ostinato.writers.chunker import to_array
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.structured_writer import StructuredWriter
@@ -64,17 +66,14 @@ class Client:
                  compression: str = "zstd", unavailable_timeout: float = 30.0,
                  max_message_bytes: int = 256 * 1024 * 1024, in_process: bool | None = None,
                  transport: Transport | None = None, shared_memory: bool | None = None):
-        if isinstance(server_address, (list, tuple)):
-            server_address = ",".join(server_address)
-        if not isinstance(server_address, str) or not server_address.strip(", "):
-            raise ValueError(
-                f"server_address ({server_address!r}) must be 'host:port', a comma-separated list "
-                "of them, or a list of them")
+        addresses = split_addresses(server_address)
         if compression not in ("zstd", "none"):
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         if shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({shared_memory!r}) must be None, True or False")
-        self._server_address = server_address
+        self._server_address = (",".join(server_address)
+                                if isinstance(server_address, (list, tuple)) else server_address)
+        self._addresses = addresses
         self._transport = transport
         self._signature_cache: dict[str, Any] = {}
         self._options = dict(token=token, root_certificates=root_certificates,
@@ -94,45 +93,19 @@ class Client:
     def __repr__(self) -> str:
         return f"Client, server_address={self._server_address}"
 
-    def _resolve(self) -> Transport:
-        addresses = [a.strip() for a in self._server_address.split(",") if a.strip()]
-        if len(addresses) > 1:
-            from ostinato.transport.sharded import ShardedTransport
-
-            return ShardedTransport([self._resolve_one(a) for a in addresses])
-        return self._resolve_one(addresses[0])
-
-    def _resolve_one(self, address: str) -> Transport:
-        from ostinato.server import local_server_for
-        from ostinato.transport.inprocess import InProcessTransport
-
-        if self._in_process is not False:
-            server = local_server_for(address)
-            if server is not None:
-                return InProcessTransport(server, address)
-            if self._in_process:
-                raise errors.UnavailableError(
-                    f"No Ostinato server is running at {address} in this process.", address)
-        from ostinato.wire.client import ClientOptions, GrpcTransport
-
-        return GrpcTransport(address, ClientOptions(**self._options))
-
-    def _get_transport(self, deadline: Deadline | None = None) -> Transport:
+    @property
+    def transport(self) -> Transport:
+        """The :class:`~ostinato.transport.base.Transport` this client uses (connecting on first
+        use): what the dataset adapters sample through. Advanced use only."""
         t = self._transport
-        if t is not None and not getattr(getattr(t, "_server", None), "stopped", False) and \
-                not any(getattr(getattr(x, "_server", None), "stopped", False)
-                        for x in getattr(t, "shards", ())):
+        if t is not None and t.healthy():
             return t
         if t is not None and self._in_process is None:
             # The in-process server we used has stopped: use its successor if one runs in this
             # process, and otherwise say so at once instead of dialling the network.
-            self._in_process = True
-            try:
-                t = self._resolve()
-            finally:
-                self._in_process = None
+            t = connect(self._addresses, self._options, in_process=True)
         else:
-            t = self._resolve()
+            t = connect(self._addresses, self._options, self._in_process)
         self._transport = t
         return t
 
@@ -149,7 +122,7 @@ class Client:
         self.close()
 
     def _meta(self, table: str) -> TableMeta:
-        return self._get_transport().table_meta(table)
+        return self.transport.table_meta(table)
 
     # -- writing --------------------------------------------------------------------------------------
     def insert(self, data: Any, priorities: dict[str, float], *, timeout: float | None = None) -> None:
@@ -165,7 +138,7 @@ class Client:
         """
         if not priorities:
             raise ValueError("priorities must contain at least one item")
-        transport = self._get_transport()
+        transport = self.transport
         leaves = optree.tree_leaves(data, none_is_leaf=True)
         if not leaves:
             raise ValueError("data must contain at least one value")
@@ -199,7 +172,7 @@ class Client:
     def writer(self, max_sequence_length: int, delta_encoded: bool = False,
                chunk_length: int | None = None, max_in_flight_items: int | None = 25) -> Writer:
         """Reverb's legacy writer (items are the last ``num_timesteps`` whole steps)."""
-        return Writer(self._get_transport(), max_sequence_length, delta_encoded=delta_encoded,
+        return Writer(self.transport, max_sequence_length, delta_encoded=delta_encoded,
                       chunk_length=chunk_length, max_in_flight_items=max_in_flight_items)
 
     def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True,
@@ -211,18 +184,14 @@ class Client:
           num_keep_alive_refs: how many of the newest steps items may refer to.
           validate_items: check table names, priorities and signatures at ``create_item``.
           max_chunk_length: (Ostinato only) rows per chunk; default sizes chunks by bytes.
-          max_pending_items: (Ostinato only) items held back by the rate limiter before
-            ``create_item`` blocks.
+          max_pending_items: (Ostinato only) items created but not yet in their tables (held
+            back by a rate limiter, or in flight to a server) before ``create_item`` blocks;
+            ``None``: 10,000 for a server in this process, ``max_in_flight_items`` (4,096) of
+            the client's options over the network.
         """
-        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
-                or num_keep_alive_refs < 1:
-            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
-        kwargs: dict[str, Any] = {}
-        if max_pending_items is not None:
-            kwargs["max_pending_items"] = max_pending_items
-        return TrajectoryWriter(self._get_transport(), num_keep_alive_refs,
+        return TrajectoryWriter(self.transport, num_keep_alive_refs,
                                 validate_items=validate_items, max_chunk_length=max_chunk_length,
-                                **kwargs)
+                                max_pending_items=max_pending_items)
 
     def structured_writer(self, configs: Sequence[Any]) -> StructuredWriter:
         """A :class:`~ostinato.writers.structured_writer.StructuredWriter` that creates items
@@ -232,7 +201,7 @@ class Client:
           ValueError: ``configs`` is empty or holds an invalid config (the message names its
             position and field); ``TableNotFoundError`` for an unknown table.
         """
-        return StructuredWriter(self._get_transport(), configs)
+        return StructuredWriter(self.transport, configs)
 
     # -- sampling -------------------------------------------------------------------------------------
     def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = True,
@@ -258,7 +227,7 @@ class Client:
             return
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
             raise ValueError(f"max_samples ({num_samples}) must be -1 or >= 1")
-        transport = self._get_transport()
+        transport = self.transport
         meta = transport.table_meta(table)
         structure = None
         if unpack_as_table_signature and meta.signature is not None:
@@ -307,7 +276,7 @@ class Client:
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be a positive integer")
-        transport = self._get_transport()
+        transport = self.transport
         batch = transport.sample(table, int(batch_size), Deadline.after(timeout))
         cols = stack_batch(batch)
         data: Any = cols
@@ -328,7 +297,7 @@ class Client:
 
         All new priorities are validated before anything changes (Reverb could apply part).
         """
-        self._get_transport().mutate_priorities(table, updates, deletes, Deadline.never())
+        self.transport.mutate_priorities(table, updates, deletes, Deadline.never())
 
     def update_priorities(self, table: str, keys: Sequence[int] | np.ndarray,
                           priorities: Sequence[float] | np.ndarray) -> int:
@@ -337,16 +306,16 @@ class Client:
         Returns:
           How many items were updated.
         """
-        return self._get_transport().update_priorities(
+        return self.transport.update_priorities(
             table, keys, np.asarray(priorities, dtype=np.float64), Deadline.never())
 
     def delete(self, table: str, keys: Sequence[int] | np.ndarray) -> int:
         """Deletes items by key (Ostinato only). Returns how many existed."""
-        return self._get_transport().delete(table, keys, Deadline.never())
+        return self.transport.delete(table, keys, Deadline.never())
 
     def reset(self, table: str) -> None:
         """Removes all items of ``table`` and resets its rate limiter and statistics."""
-        self._get_transport().reset(table, Deadline.never())
+        self.transport.reset(table, Deadline.never())
 
     def server_info(self, timeout: int | None = None) -> dict[str, TableInfo]:
         """Table name -> :class:`~ostinato.types.TableInfo`.
@@ -356,7 +325,7 @@ class Client:
             server can be reached rather than waiting forever.
         """
         wait = timeout is not None and timeout > 0
-        transport = self._get_transport()
+        transport = self.transport
         try:
             info = transport.server_info(Deadline.after(timeout) if wait else Deadline.never())
         except (errors.UnavailableError, errors.DeadlineExceededError) as e:
@@ -371,7 +340,7 @@ class Client:
 
     def checkpoint(self) -> str:
         """Asks the server to write a checkpoint; returns its path."""
-        return self._get_transport().checkpoint(Deadline.never())
+        return self.transport.checkpoint(Deadline.never())
 
 
 def _rebuild_client(address: str, options: dict[str, Any], in_process: bool | None) -> Client:

@@ -1,7 +1,8 @@
 """The replay server: a set of tables sharing one chunk store.
 
-In this release the server lives in the client's process: clients created for its address in
-the same process talk to it directly (see :mod:`ostinato.transport.inprocess`).
+Every server listens for gRPC clients (:mod:`ostinato.wire.service`); clients created for its
+address in the same process talk to it directly instead (:mod:`ostinato.transport.inprocess`,
+found through :mod:`ostinato.transport.registry`).
 """
 
 from __future__ import annotations
@@ -17,40 +18,9 @@ from typing import Any
 from ostinato.core.chunks import ChunkStore
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
-from ostinato.wire.shm import is_loopback_host
+from ostinato.transport import registry
 
 _log = logging.getLogger(__name__)
-
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", "[::]", "::", ""}
-
-# port -> Server, for servers living in this process.
-_REGISTRY: dict[int, Server] = {}
-_REGISTRY_LOCK = threading.Lock()
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """Splits ``host:port`` (``[v6]:port`` too). Raises ValueError naming the address."""
-    if not isinstance(address, str) or ":" not in address:
-        raise ValueError(f"server_address ({address!r}) must look like 'host:port'")
-    host, _, port_s = address.rpartition(":")
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ValueError(f"server_address ({address!r}) has a non-numeric port") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"server_address ({address!r}) has a port outside 1..65535")
-    return host, port
-
-
-def local_server_for(address: str) -> Server | None:
-    """The running in-process server that ``address`` names, if any."""
-    host, port = parse_address(address)
-    if host.lower() not in _LOCAL_HOSTS and host != socket.gethostname():
-        return None
-    with _REGISTRY_LOCK:
-        s = _REGISTRY.get(port)
-    return s if s is not None and not s.stopped else None
-
 
 @dataclasses.dataclass(frozen=True)
 class ServerTLS:
@@ -158,9 +128,8 @@ class Server:
         self._tables = {t.name: t for t in tables}
         self._checkpointer = checkpointer
         self._stopped = threading.Event()
-        with _REGISTRY_LOCK:
-            if port and (port in _REGISTRY or not _port_is_free(host, port)):
-                raise ValueError(f"port ({port}) is already in use")
+        if port and (registry.port_in_use(port) or not _port_is_free(host, port)):
+            raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t.attach(self, self._store)
         if checkpointer is not None:  # before serving, so no call sees a half-restored table
@@ -178,9 +147,8 @@ class Server:
             raise ValueError(f"port ({port}) is already in use or cannot be bound: {e}") from None
         self._host = host
         self._port = bound
-        with _REGISTRY_LOCK:
-            _REGISTRY[bound] = self
-        if not is_loopback_host(host) and tls is None and token is None:
+        registry.register(bound, self)
+        if not registry.is_loopback_host(host) and tls is None and token is None:
             _log.warning(
                 "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
                 "this address can read and change the replay data.", host, bound)
@@ -236,9 +204,7 @@ class Server:
         # A short grace lets the calls just woken above send their CANCELLED replies.
         self._grpc.stop(grace=1.0).wait(3)
         self._service.executor.shutdown(wait=False, cancel_futures=True)
-        with _REGISTRY_LOCK:
-            if _REGISTRY.get(self._port) is self:
-                del _REGISTRY[self._port]
+        registry.unregister(self._port, self)
         self._stopped.set()
 
     def wait(self, timeout: float | None = None) -> bool:

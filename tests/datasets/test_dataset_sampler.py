@@ -326,7 +326,7 @@ def test_gather_matches_stack_batch_for_items_spanning_chunks(make_server):
             w.append({"o": obs[i], "s": np.int16(i)})
             if i >= 4:
                 w.create_item("t", 1.0, {"o": w.history["o"][-5:], "s": w.history["s"][-1]})
-    batch = client._get_transport().sample("t", 500, Deadline.never())
+    batch = client.transport.sample("t", 500, Deadline.never())
     got = gather(batch)
     want = stack_batch(batch)
     assert got is not None

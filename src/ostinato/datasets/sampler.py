@@ -43,7 +43,6 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.specs import is_spec_like
 from ostinato.datasets.options import SamplerOptions
 from ostinato.replay_sample import ReplaySample, SampleInfo
-from ostinato.transport.inprocess import InProcessTransport
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
 _LOCAL_SLICE_S = 0.2
@@ -130,11 +129,11 @@ class Sampler:
         self.table = table
         self.emit_timesteps = bool(emit_timesteps)
         self._validate = validate
-        self._transport = self.client._get_transport()
+        self._transport = self.client.transport
         meta = self._transport.table_meta(table)
         self.signature = meta.signature
         self.ordered = bool(meta.deterministic_sampler or meta.max_times_sampled > 0)
-        remote = not isinstance(self._transport, InProcessTransport)
+        remote = not self._transport.is_local
         self._slice = _REMOTE_SLICE_S if remote else _LOCAL_SLICE_S
         self.num_workers = self.options.num_workers(ordered=self.ordered, remote=remote)
         self._inflight = int(self.options.max_in_flight_samples_per_worker)

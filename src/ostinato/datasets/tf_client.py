@@ -135,7 +135,7 @@ class TFClient:
         return ReplaySample(info=SampleInfo(*out[:5]), data=data)
 
     def _sample_first_step(self, table: str, dtypes: list[tf.DType]) -> list[np.ndarray]:
-        transport = self._client._get_transport()
+        transport = self._client.transport
         batch = transport.sample(table, 1, Deadline.never())
         cols = gather(batch, unsqueeze=True)
         if cols is not None:

@@ -1,10 +1,10 @@
-"""The interface every transport implements."""
+"""The interface every transport implements: what a :class:`~ostinato.Client` asks of a server."""
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy as np
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.table_info import TableInfo
+from ostinato.writers.delivery import WriterStream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,19 +28,27 @@ class TableMeta:
 
 
 class Transport(abc.ABC):
-    """Operations a client performs on a server. All blocking calls take a deadline."""
+    """Operations a client performs on a server. All blocking calls take a deadline.
+
+    Attributes:
+      address: the server address(es) this transport reaches.
+      is_local: True when the tables live in this process (calls touch them directly; nothing
+        is serialised and blocking calls can wait in short slices cheaply).
+    """
 
     address: str
+    is_local: bool = False
+
+    def healthy(self) -> bool:
+        """False once this transport can no longer serve (its in-process server stopped); the
+        client then connects afresh. Network transports reconnect by themselves."""
+        return True
 
     @abc.abstractmethod
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]: ...
 
     @abc.abstractmethod
     def table_meta(self, table: str) -> TableMeta: ...
-
-    @abc.abstractmethod
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        """Inserts a prefix of ``items`` that the rate limiter admits now; returns its length."""
 
     @abc.abstractmethod
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
@@ -66,9 +75,16 @@ class Transport(abc.ABC):
     def checkpoint(self, deadline: Deadline) -> str: ...
 
     @abc.abstractmethod
-    def writer_stream(self, keep_keys: Any = None) -> Any:
-        """A connection for one writer: ``try_insert``, ``insert``, ``pending``, ``wait``,
-        ``close``. ``keep_keys()`` names the chunks the writer may still refer to."""
+    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
+                      max_pending: int | None = None) -> WriterStream:
+        """A :class:`~ostinato.writers.delivery.WriterStream` for one writer.
+
+        Args:
+          keep_keys: names the chunks the writer may still refer to (a network stream keeps
+            those on the server and lets it forget the rest).
+          max_pending: most undelivered items before the stream blocks (``None``: the
+            transport's default).
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases connections; the in-process transport has none."""

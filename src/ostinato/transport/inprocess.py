@@ -4,7 +4,7 @@ caller."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,15 +15,21 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.table import Table
 from ostinato.core.table_info import TableInfo
 from ostinato.transport.base import TableMeta, Transport
+from ostinato.writers.delivery import DEFAULT_MAX_PENDING_ITEMS, Delivery
 
 
 class InProcessTransport(Transport):
     """Talks to a :class:`~ostinato.server.Server` object living in this process."""
 
+    is_local = True
+
     def __init__(self, server: Any, address: str):
         self._server = server
         self.address = address
         self._meta: dict[str, TableMeta] = {}
+
+    def healthy(self) -> bool:
+        return not self._server.stopped
 
     def _table(self, name: str) -> Table:
         if self._server.stopped:
@@ -50,6 +56,7 @@ class InProcessTransport(Transport):
         return meta
 
     def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
+        """Inserts the prefix of ``items`` that the rate limiter admits now; returns its length."""
         return self._table(table).try_insert_many(items, assign=False)
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
@@ -75,27 +82,8 @@ class InProcessTransport(Transport):
     def checkpoint(self, deadline: Deadline) -> str:
         return self._server.checkpoint()
 
-    def writer_stream(self, keep_keys: Any = None) -> InProcessStream:
-        return InProcessStream(self)
-
-
-class InProcessStream:
-    """A writer's connection to in-process tables: items go straight in, nothing is in flight."""
-
-    def __init__(self, transport: InProcessTransport):
-        self._t = transport
-
-    def pending(self) -> int:
-        return 0
-
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        return self._t._table(table).try_insert_many(items, assign=False)
-
-    def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
-        self._t._table(table).insert_many(items, deadline, assign=False)
-
-    def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
+                      max_pending: int | None = None) -> Delivery:
+        """Items go straight into the tables; those the rate limiter holds back wait in one
+        queue delivered by one thread (:class:`~ostinato.writers.delivery.Delivery`)."""
+        return Delivery(self, DEFAULT_MAX_PENDING_ITEMS if max_pending is None else max_pending)

@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,10 @@ import numpy as np
 from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
+from ostinato.core.keys import key_array
 from ostinato.core.table_info import RateLimiterCallStats, TableInfo
 from ostinato.transport.base import TableMeta, Transport
+from ostinato.writers.delivery import WriterStream
 
 _KEY_MEMORY = 1_000_000
 
@@ -43,6 +45,7 @@ class ShardedTransport(Transport):
             raise ValueError("a sharded client needs at least one server address")
         self.shards = list(shards)
         self.address = ",".join(s.address for s in self.shards)
+        self.is_local = all(s.is_local for s in self.shards)
         self._rr = itertools.count()
         self._lock = threading.Lock()
         self._key_shard: OrderedDict[int, int] = OrderedDict()
@@ -58,9 +61,9 @@ class ShardedTransport(Transport):
             while len(ks) > _KEY_MEMORY:
                 ks.popitem(last=False)
 
-    def _split(self, keys: Any) -> tuple[dict[int, list[int]], list[int]]:
+    def _split(self, keys: np.ndarray) -> tuple[dict[int, list[int]], list[int]]:
         """Positions of keys per known shard, and positions of unknown keys."""
-        key_list = keys.tolist() if isinstance(keys, np.ndarray) else [int(k) for k in keys]
+        key_list = keys.tolist()
         known: dict[int, list[int]] = {}
         unknown = []
         with self._lock:
@@ -101,11 +104,12 @@ class ShardedTransport(Transport):
     def table_meta(self, table: str) -> TableMeta:
         return self.shards[0].table_meta(table)
 
-    def writer_stream(self, keep_keys: Any = None) -> Any:
-        return self.shards[self._next()].writer_stream(keep_keys)
+    def healthy(self) -> bool:
+        return all(s.healthy() for s in self.shards)
 
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        return self.shards[self._next()].try_insert(table, items)
+    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
+                      max_pending: int | None = None) -> WriterStream:
+        return self.shards[self._next()].writer_stream(keep_keys, max_pending)
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         self.shards[self._next()].insert(table, items, deadline)
@@ -129,8 +133,7 @@ class ShardedTransport(Transport):
     def update_priorities(self, table: str, keys: Any, priorities: np.ndarray,
                           deadline: Deadline) -> int:
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        k = np.asarray(keys, dtype=np.uint64).reshape(-1) if not isinstance(keys, np.ndarray) \
-            else keys.astype(np.uint64).reshape(-1)
+        k = key_array(keys)
         if len(k) != len(p):
             raise errors.InvalidArgumentError(
                 f"keys ({len(k)}) and priorities ({len(p)}) must have the same length")
@@ -150,7 +153,7 @@ class ShardedTransport(Transport):
         return total
 
     def delete(self, table: str, keys: Any, deadline: Deadline) -> int:
-        k = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        k = key_array(keys)
         known, unknown = self._split(k)
         total = 0
         for s, pos in known.items():

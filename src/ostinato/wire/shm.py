@@ -27,7 +27,6 @@ Linux only (``/dev/shm``); elsewhere :func:`available` is False and writers send
 
 from __future__ import annotations
 
-import ipaddress
 import mmap
 import os
 import re
@@ -60,33 +59,6 @@ def available() -> bool:
     """True where rings can be created (Linux with a writable ``/dev/shm``)."""
     return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR) \
         and os.access(SHM_DIR, os.W_OK | os.X_OK)
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback IP addresses (brackets allowed)."""
-    h = host.strip().strip("[]").lower()
-    if h in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
-
-
-def is_loopback(address: str) -> bool:
-    """True for gRPC targets on this host: ``localhost:p``, ``127.x.y.z:p``, ``[::1]:p``,
-    ``unix:`` sockets (optionally with a ``dns:///``/``ipv4:``/``ipv6:`` scheme)."""
-    a = address.strip()
-    if a.startswith(("unix:", "unix-abstract:")):
-        return True
-    for prefix in ("dns:///", "ipv4:", "ipv6:"):
-        if a.startswith(prefix):
-            a = a[len(prefix):]
-    if a.startswith("["):
-        host = a[1:a.find("]")] if "]" in a else a[1:]
-    else:
-        host = a.rsplit(":", 1)[0] if a.count(":") == 1 else a
-    return is_loopback_host(host)
 
 
 class Ring:

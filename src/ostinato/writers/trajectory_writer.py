@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -21,10 +19,6 @@ from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 
 _log = logging.getLogger(__name__)
-
-#: Items a writer may hold that the server has not accepted yet before ``create_item`` blocks.
-DEFAULT_MAX_PENDING_ITEMS = 10_000
-
 
 _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, np.float32, np.float64, np.float16, np.int8,
                          np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
@@ -50,11 +44,7 @@ def _is_column(x: Any) -> bool:
     return isinstance(x, TrajectoryColumn)
 
 
-def _timeout_from_ms(timeout_ms: int | None) -> Deadline:
-    """``None`` or a negative value waits forever; 0 or more is a real deadline (0 = now)."""
-    if timeout_ms is None or timeout_ms < 0:
-        return Deadline.never()
-    return Deadline.from_ms(timeout_ms)
+_NEVER = Deadline.never()
 
 
 class _Column:
@@ -105,9 +95,9 @@ class TrajectoryWriter:
     Obtain one with ``client.trajectory_writer(num_keep_alive_refs)``. Not thread-safe: use one
     writer per thread.
 
-    Items are handed to the server as soon as they are created; when the table's rate limiter
-    does not admit them they wait in the writer (at most ``max_pending_items``, after which
-    ``create_item`` blocks) and a background thread delivers them in order.
+    Items are handed to the writer's stream (:mod:`ostinato.writers.delivery`) as soon as they
+    are created and delivered in order; at most ``max_pending_items`` may wait for their tables
+    (rate limiters, the network), after which ``create_item`` blocks.
 
     Example:
       >>> with client.trajectory_writer(num_keep_alive_refs=3) as w:
@@ -118,20 +108,20 @@ class TrajectoryWriter:
     """
 
     def __init__(self, transport: Any, num_keep_alive_refs: int, *, validate_items: bool = True,
-                 max_chunk_length: int | None = None,
-                 max_pending_items: int = DEFAULT_MAX_PENDING_ITEMS):
+                 max_chunk_length: int | None = None, max_pending_items: int | None = None):
         if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
                 or num_keep_alive_refs < 1:
             raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
-        if max_pending_items < 1:
-            raise ValueError(f"max_pending_items ({max_pending_items}) must be >= 1")
+        if max_pending_items is not None and (isinstance(max_pending_items, bool) or not isinstance(
+                max_pending_items, (int, np.integer)) or max_pending_items < 1):
+            raise ValueError(f"max_pending_items ({max_pending_items!r}) must be None or a "
+                             "positive integer")
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
         self._default_max_chunk_length = max_chunk_length
         self._validate = validate_items
-        self._max_pending = max_pending_items
         self._columns: list[_Column] = []
         self._path_to_column: dict[tuple[Any, ...], _Column] = {}
         self._path_config: dict[tuple[Any, ...], tuple[int, int | None]] = {}
@@ -148,12 +138,8 @@ class TrajectoryWriter:
         self._table_cache: dict[str, Any] = {}
         self._validated: set[tuple[Any, ...]] = set()
         self._trivially_valid: set[str] = set()
-        # Delivery of items the rate limiter did not admit at once.
-        self._pending: deque[tuple[str, tuple[Any, ...]]] = deque()
-        self._cv = threading.Condition()
-        self._worker: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._stream = transport.writer_stream(self._keep_keys)
+        self._stream = transport.writer_stream(
+            self._keep_keys, None if max_pending_items is None else int(max_pending_items))
 
     # -- structure ----------------------------------------------------------------------------------
     @property
@@ -392,67 +378,12 @@ class TrajectoryWriter:
         self._validated.add(key)
 
     def _submit(self, table: str, item: tuple[Any, ...], timeout_ms: int | None) -> None:
-        if not self._pending and self._stream.try_insert(table, (item,)) == 1:
-            return
-        with self._cv:
-            if len(self._pending) >= self._max_pending:
-                deadline = _timeout_from_ms(timeout_ms)
-                while len(self._pending) >= self._max_pending and self._error is None:
-                    r = deadline.remaining()
-                    if r is not None and r <= 0:
-                        raise errors.DeadlineExceededError(
-                            f"create_item waited for the server to accept {len(self._pending)} "
-                            f"pending items (max_pending_items={self._max_pending}).")
-                    self._cv.wait(0.5 if r is None else min(r, 0.5))
-                self._raise_error()
-            self._pending.append((table, item))
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._deliver, name="ostinato-writer",
-                                                daemon=True)
-                self._worker.start()
-            self._cv.notify_all()
-
-    def _deliver(self) -> None:
-        """Background delivery of pending items, in order, waiting on the rate limiter."""
-        while True:
-            with self._cv:
-                if self._closed or not self._pending:
-                    self._worker = None
-                    self._cv.notify_all()
-                    return
-                table = self._pending[0][0]
-                batch = []
-                for t, it in self._pending:  # deliver runs of items for one table together
-                    if t != table or len(batch) >= 256:
-                        break
-                    batch.append(it)
-            try:
-                # Wait in short slices so that close() is noticed.
-                self._stream.insert(table, batch, Deadline.after(0.5))
-            except errors.RateLimiterTimeout as e:
-                done = len(getattr(e, "inserted", ()))
-                if done:
-                    with self._cv:
-                        for _ in range(done):
-                            self._pending.popleft()
-                        self._cv.notify_all()
-                continue
-            except BaseException as e:  # noqa: BLE001 - handed to the user's next call
-                with self._cv:
-                    self._error = e
-                    self._worker = None
-                    self._cv.notify_all()
-                return
-            with self._cv:
-                for _ in range(len(batch)):
-                    self._pending.popleft()
-                self._cv.notify_all()
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            err = self._error
-            raise errors.FailedPreconditionError(
-                f"The writer could not deliver an item and stopped: {err}") from err
+        deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
+        try:
+            self._stream.insert(table, (item,), deadline)
+        except errors.DeadlineExceededError as e:
+            raise errors.DeadlineExceededError(
+                f"create_item waited for the server to accept pending items: {e}") from e
 
     def _keep_keys(self) -> set[int]:
         """Keys of chunks that items created later may still refer to (live refs)."""
@@ -460,16 +391,12 @@ class TrajectoryWriter:
         for col in list(self._columns):
             for r in list(col.chunker._live):
                 keys.add(r.chunk.key)
-        with self._cv:  # items waiting in the writer will need their chunks too
-            pending = list(self._pending)
-        for _, item in pending:
-            keys.update(c.key for c in items_lib.chunk_refs(item[2]))
         return keys
 
     @property
     def num_pending_items(self) -> int:
-        """Items created but not yet confirmed by the server."""
-        return len(self._pending) + self._stream.pending()
+        """Items created but not yet confirmed in their tables."""
+        return self._stream.pending()
 
     # -- flush / episodes -----------------------------------------------------------------------------
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
@@ -487,29 +414,13 @@ class TrajectoryWriter:
         if block_until_num_items < 0:
             raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
         self._check_usable()
-        deadline = _timeout_from_ms(timeout_ms)
-        n = block_until_num_items
-        with self._cv:
-            while len(self._pending) + self._stream.pending() > n:
-                self._raise_error()
-                r = deadline.remaining()
-                if r is not None and r <= 0:
-                    raise errors.DeadlineExceededError(
-                        "Flush call did not complete within provided timeout of "
-                        f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
-                        f"({len(self._pending)} items waiting to be written, "
-                        f"{self._stream.pending()} awaiting confirmation).")
-                if self._pending:
-                    self._cv.wait(0.05 if r is None else min(r, 0.05))
-                else:
-                    self._cv.release()
-                    try:
-                        self._stream.wait(n, Deadline.after(r) if r is not None else Deadline.never())
-                    except errors.DeadlineExceededError:
-                        pass  # reported by the loop above with Reverb's message
-                    finally:
-                        self._cv.acquire()
-            self._raise_error()
+        try:
+            self._stream.wait(block_until_num_items, Deadline.from_ms(timeout_ms))
+        except errors.DeadlineExceededError as e:
+            raise errors.DeadlineExceededError(
+                "Flush call did not complete within provided timeout of "
+                f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
+                f"({self._stream.pending()} items not yet confirmed: {e})") from e
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, then starts a new episode; ``clear_buffers`` empties the history.
@@ -562,18 +473,11 @@ class TrajectoryWriter:
             raise errors.FailedPreconditionError("TrajectoryWriter::Close has been called.")
 
     def close(self) -> None:
-        """Stops the writer. Items not yet accepted by the server are dropped (with a warning)."""
+        """Stops the writer. Items not yet sent to the server are dropped (with a warning)."""
         if self._closed:
             return
-        with self._cv:
-            self._closed = True
-            n = len(self._pending)
-            self._pending.clear()
-            self._cv.notify_all()
-            worker = self._worker
-        if worker is not None:
-            worker.join(timeout=5)
-        self._stream.close()
+        self._closed = True
+        n = self._stream.close()
         self._release_spare_rows()
         if n:
             _log.warning("TrajectoryWriter closed with %d items not delivered; call flush() "
@@ -595,7 +499,7 @@ class TrajectoryWriter:
 
     def __repr__(self) -> str:
         return (f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
-                f"pending={len(self._pending)}, closed={self._closed})")
+                f"pending={self._stream.pending()}, closed={self._closed})")
 
 
 def _union(a: Any, b: Any) -> Any:

@@ -20,6 +20,7 @@ from ostinato.core.chunks import Chunk
 from ostinato.core.deadline import Deadline
 from ostinato.core.signature import flatten_signature
 from ostinato.core.table_info import TableInfo
+from ostinato.transport import registry
 from ostinato.transport.base import TableMeta, Transport
 from ostinato.wire import codec, shm
 from ostinato.wire.service import DEFAULT_MAX_MESSAGE_BYTES, SERVICE
@@ -123,7 +124,7 @@ class GrpcTransport(Transport):
         want = o.shared_memory
         #: Whether writer streams offer the server a shared-memory ring (cleared, with the
         #: reason in ``shm_refused``, when a server or this machine refuses one).
-        self.use_shm = shm.available() and (want is True or (want is None and shm.is_loopback(address)))
+        self.use_shm = shm.available() and (want is True or (want is None and registry.is_loopback(address)))
         self.shm_refused: str | None = None
 
     # -- unary calls with retry on UNAVAILABLE ---------------------------------------------------
@@ -222,12 +223,9 @@ class GrpcTransport(Transport):
         return str(self._call("Checkpoint", {}, deadline)["path"])
 
     # -- inserts ----------------------------------------------------------------------------------
-    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None) -> GrpcWriterStream:
-        return GrpcWriterStream(self, keep_keys)
-
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        self.insert(table, items, Deadline.after(0))
-        return len(items)
+    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
+                      max_pending: int | None = None) -> GrpcWriterStream:
+        return GrpcWriterStream(self, keep_keys, max_pending)
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         stream = self.writer_stream()
@@ -317,10 +315,11 @@ class GrpcWriterStream:
     resends unconfirmed items; after ``unavailable_timeout`` it fails with UnavailableError.
     """
 
-    def __init__(self, transport: GrpcTransport, keep_keys: Callable[[], set[int]] | None):
+    def __init__(self, transport: GrpcTransport, keep_keys: Callable[[], set[int]] | None,
+                 max_pending: int | None = None):
         self._t = transport
         self._keep_keys = keep_keys or (lambda: set())
-        self._max = transport.options.max_in_flight_items
+        self._max = transport.options.max_in_flight_items if max_pending is None else max_pending
         self._max_requests = transport.options.max_in_flight_requests
         self._compress = transport.options.compression == "zstd"
         self._cv = threading.Condition()
@@ -345,14 +344,6 @@ class GrpcWriterStream:
     def pending(self) -> int:
         # Items being encoded count too: a flush must not see them as confirmed.
         return len(self._buf) + self._n_encoding + self._n_in_flight
-
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        with self._cv:
-            self._raise_error()
-            if self.pending() + len(items) > self._max and self.pending() > 0:
-                return 0
-            self._add(table, items)
-        return len(items)
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         with self._cv:
@@ -379,9 +370,10 @@ class GrpcWriterStream:
                 self._cv.wait(0.2 if r is None else min(r, 0.2))
             self._raise_error()
 
-    def close(self) -> None:
+    def close(self) -> int:
         with self._cv:
             self._closed = True
+            dropped = len(self._buf)  # never sent (what is in flight may have been stored)
             self._cv.notify_all()
             call = self._call_obj
         if call is not None:
@@ -389,6 +381,7 @@ class GrpcWriterStream:
         th = self._thread
         if th is not None:
             th.join(timeout=5)
+        return dropped
 
     # -- internals ------------------------------------------------------------------------------
     def _raise_error(self) -> None:
