@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import ostinato as reverb
 from ostinato.core.signature import signature_from_data, signature_to_data
 from ostinato.errors import DecodeError
-from ostinato.wire import codec
+from ostinato.wire import codec, protocol
 
 
 @st.composite
@@ -135,7 +135,7 @@ def test_table_info_round_trip(sampler, remover, limiter, max_times_sampled, sig
     table = reverb.Table("t", sampler(), remover(), 100, limiter(),
                          max_times_sampled=max_times_sampled, signature=sig)
     info = table.info
-    decoded = codec.decode_table_info(codec.unpack(codec.pack(codec.encode_table_info(info))))
+    decoded = protocol.decode_table_info(codec.unpack(codec.pack(protocol.encode_table_info(info))))
     assert decoded == info
 
 
@@ -150,7 +150,7 @@ def test_table_info_round_trip_with_live_counters():
         list(client.sample("live", 4))
         info = table.info
         assert info.current_size == 3 and info.rate_limiter_info.insert_stats.completed == 5
-        decoded = codec.decode_table_info(codec.unpack(codec.pack(codec.encode_table_info(info))))
+        decoded = protocol.decode_table_info(codec.unpack(codec.pack(protocol.encode_table_info(info))))
         assert decoded == info
 
 
@@ -276,7 +276,7 @@ def test_decode_nest_rejects_cleanly(m):
 @example(m={"name": "t", "sampler": {"which": "prioritized", "exp": None}, "rl": [0] * 7})
 def test_decode_table_info_rejects_cleanly(m):
     try:
-        codec.decode_table_info(m)
+        protocol.decode_table_info(m)
     except DecodeError:
         pass
 

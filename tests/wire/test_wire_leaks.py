@@ -117,7 +117,7 @@ def test_in_process_client_samples_items_written_over_grpc():
 
 # -- threads and streams left behind -------------------------------------------------------------------------
 def _idle_close_seconds():
-    from ostinato.wire import transport as wire_client
+    from ostinato.wire import writer_stream as wire_client
 
     return getattr(wire_client, "IDLE_CLOSE_SECONDS", 2.0)
 

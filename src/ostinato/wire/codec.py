@@ -23,8 +23,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ostinato.core import table_info as t
-from ostinato.core.signature import MAX_DIMS, signature_from_data, signature_to_data
+from ostinato.core.signature import MAX_DIMS
 from ostinato.core.specs import dtype_from_str, dtype_to_str
 from ostinato.errors import DecodeError
 from ostinato.wire import fresh
@@ -298,58 +297,3 @@ def _zstd_decompressor() -> Any:
 
         d = _zstd_local.d = zstandard.ZstdDecompressor()
     return d
-
-
-# -- table info ----------------------------------------------------------------------------------
-def encode_options(o: t.KeyDistributionOptions) -> dict:
-    return {"which": o.WhichOneof("distribution"),
-            "exp": o.prioritized.priority_exponent if o.prioritized else None,
-            "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
-
-
-def decode_options(m: Any) -> t.KeyDistributionOptions:
-    if not isinstance(m, dict):
-        raise DecodeError("bad selector options")
-    which = m.get("which")
-    if which == "prioritized":
-        exp = m.get("exp")
-        if not isinstance(exp, (int, float)) or isinstance(exp, bool):
-            raise DecodeError("bad priority exponent")
-        return t.KeyDistributionOptions(prioritized=t.PrioritizedOptions(float(exp)))
-    if which == "heap":
-        return t.KeyDistributionOptions(heap=t.HeapOptions(bool(m.get("min_heap"))),
-                                        is_deterministic=True)
-    if which in ("fifo", "lifo", "uniform"):
-        return t.KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
-    raise DecodeError(f"unknown selector {which!r}")
-
-
-def encode_table_info(i: t.TableInfo) -> dict:
-    r = i.rate_limiter_info
-    return {
-        "name": i.name, "sampler": encode_options(i.sampler_options),
-        "remover": encode_options(i.remover_options), "max_size": i.max_size,
-        "max_times_sampled": i.max_times_sampled,
-        "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
-               r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
-        "signature": signature_to_data(i.signature), "current_size": i.current_size,
-        "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
-        "num_unique_samples": i.num_unique_samples,
-    }
-
-
-def decode_table_info(m: dict) -> t.TableInfo:
-    try:
-        rl = m["rl"]
-        return t.TableInfo(
-            name=m["name"], sampler_options=decode_options(m["sampler"]),
-            remover_options=decode_options(m["remover"]), max_size=m["max_size"],
-            max_times_sampled=m["max_times_sampled"],
-            rate_limiter_info=t.RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
-                                                t.RateLimiterCallStats(rl[4]),
-                                                t.RateLimiterCallStats(rl[5]), rl[6]),
-            signature=signature_from_data(m["signature"]), current_size=m["current_size"],
-            num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
-            num_unique_samples=m["num_unique_samples"])
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        raise DecodeError(f"bad table info: {e}") from None

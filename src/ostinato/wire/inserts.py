@@ -1,0 +1,238 @@
+"""The server's side of an Insert stream: rows and items from one writer, into the tables.
+
+A writer sends each row once, as segments of chunks; the stream keeps the chunks by key for as
+long as the writer says it may refer to them (``keep``), so items in later requests can use rows
+sent earlier. Every item of a request is validated (its columns against the chunks, its table's
+signature and priority rules) before any is stored; then items go in in request order, and an
+item that must wait for its rate limiter is preceded by an acknowledgement of those before it --
+so a writer's ``flush(block_until_num_items=n)`` and back-pressure mean the same embedded and
+over the network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ostinato import errors
+from ostinato.core import items as items_lib
+from ostinato.core.chunks import Chunk
+from ostinato.core.deadline import Deadline
+from ostinato.core.signature import check_columns
+from ostinato.errors import DecodeError, ShmError
+from ostinato.wire import codec, shm
+from ostinato.wire.protocol import InsertRequest, parse_insert_request
+from ostinato.wire.rows import SegmentedRows
+
+#: Seconds an item waits for its rate limiter between checks that the writer is still there.
+WAIT_SLICE = 0.5
+
+
+@dataclasses.dataclass
+class StreamStats:
+    """Counters of a server's Insert streams (for tests and monitoring).
+
+    Attributes:
+      active_streams: streams open now.
+      ring_streams: streams that mapped a writer's shared-memory ring.
+      ring_bytes: row bytes copied out of rings.
+    """
+
+    active_streams: int = 0
+    ring_streams: int = 0
+    ring_bytes: int = 0
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+
+class InsertSession:
+    """One Insert stream, on the server.
+
+    Args:
+      table: looks a table up by name (raising ``TableNotFoundError``).
+      max_bytes: the server's largest message; no segment may be larger.
+      shared_memory: whether the server maps writers' rings.
+      stats: the server's stream counters.
+    """
+
+    def __init__(self, table: Callable[[str], Any], max_bytes: int, shared_memory: bool,
+                 stats: StreamStats):
+        self._table = table
+        self._max_bytes = max_bytes
+        self._shared_memory = shared_memory
+        self._stats = stats
+        self._chunks: dict[int, Chunk] = {}
+        self._ring: shm.Mapping | None = None
+
+    def close(self) -> None:
+        self._chunks.clear()
+        if self._ring is not None:
+            self._ring.close()
+
+    def handle(self, raw: bytes, is_active: Callable[[], bool]) -> Iterator[int | None]:
+        """Stores the request's rows and items; yields acks: how many more of its items (in
+        request order) are in their tables, or None if the writer left while an item waited.
+
+        Raises:
+          DecodeError: a malformed request (nothing of it was stored).
+          ShmError: the writer's ring cannot be used; the writer resends the same items
+            inline, and nothing of this request was stored.
+        """
+        req = parse_insert_request(raw)
+        self._read_ring(req)
+        self._add_segments(req.segments)
+        work = self._validate(req)
+        yield from self._store(work, is_active)
+        chunks = self._chunks
+        for k in [k for k in chunks if k not in req.keep]:
+            del chunks[k]
+
+    # -- rows ------------------------------------------------------------------------------------
+    def _read_ring(self, req: InsertRequest) -> None:
+        """Maps the writer's ring (first time) and replaces each ``m`` reference by a copy of
+        the rows it points at, so the rest of the request is handled as if they were inline."""
+        if req.ring is not None:
+            if self._ring is not None:
+                raise DecodeError("an insert stream may describe only one shared-memory ring")
+            if not self._shared_memory:
+                raise ShmError("this server does not accept shared-memory rings")
+            self._ring = shm.Mapping(req.ring)
+            with self._stats.lock:
+                self._stats.ring_streams += 1
+        for m in req.segments:
+            if isinstance(m, dict) and "m" in m:
+                ref = m.pop("m")
+                if self._ring is None:
+                    raise DecodeError("a segment refers to a shared-memory ring the stream has not described")
+                if not isinstance(ref, list) or len(ref) != 2:
+                    raise DecodeError("segment field 'm' must be [offset, length]")
+                if type(ref[1]) is int and ref[1] > self._max_bytes:
+                    # The same limit (and error) as for rows sent inline.
+                    raise errors.ResourceExhaustedError(
+                        f"segment in shared memory larger than max ({ref[1]} vs. "
+                        f"{self._max_bytes}) bytes per message of this server")
+                try:
+                    m["b"] = self._ring.read(ref[0], ref[1])
+                except ShmError as e:
+                    raise DecodeError(str(e)) from None
+                self._stats.ring_bytes += ref[1]  # one stream per thread: a lost update is harmless
+
+    def _add_segments(self, segments: list[Any]) -> None:
+        chunks = self._chunks
+        for m in segments:
+            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes), self._max_bytes)
+            c = chunks.get(seg.key)
+            if c is None:
+                c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id,
+                          nbytes=0, spec=(seg.dtype, seg.row_shape))
+                chunks[seg.key] = c
+            c.data.add(seg)
+            c.nbytes += len(seg.payload)
+
+    # -- items -----------------------------------------------------------------------------------
+    def _validate(self, req: InsertRequest) -> list[tuple[Any, Any]]:
+        """Every item checked; returns (table, item) per item, or (None, None) for a resent
+        item already stored before the connection broke."""
+        tables = [self._table(name) for name in req.tables]
+        work: list[tuple[Any, Any]] = []
+        for pos, (ti, key, prio, cols, sq) in enumerate(req.items):
+            if not isinstance(ti, int) or not 0 <= ti < len(tables):
+                raise DecodeError(f"item names table index {ti!r} of {len(tables)}")
+            key = codec.u64(key, "item key")
+            if not isinstance(prio, (int, float)) or isinstance(prio, bool):
+                raise DecodeError(f"priority must be a number, got {prio!r}")
+            packed, squeeze = self._item_columns(cols, sq)
+            table = tables[ti]
+            _check_signature(table, packed, squeeze)
+            if pos in req.retried and table.contains(key):
+                work.append((None, None))
+                continue
+            table.validate_priority(float(prio))
+            work.append((table, (key, float(prio), packed, squeeze)))
+        return work
+
+    def _store(self, work: list[tuple[Any, Any]], is_active: Callable[[], bool]) -> Iterator[int | None]:
+        n = acked = 0
+        i = 0
+        while i < len(work):
+            table = work[i][0]
+            if table is None:
+                n += 1
+                i += 1
+                continue
+            j = i + 1
+            while j < len(work) and work[j][0] is table:  # a run of items for one table
+                j += 1
+            rest = [w[1] for w in work[i:j]]
+            wait = 0.0  # first without waiting: what is admitted now is acked before we wait
+            while rest:
+                try:
+                    table.insert_many(rest, Deadline.after(wait), assign=False)
+                    n += len(rest)
+                    rest = []
+                except errors.RateLimiterTimeout as e:
+                    done = len(getattr(e, "inserted", ()))
+                    n += done
+                    rest = rest[done:]
+                    if n > acked:
+                        yield n - acked
+                        acked = n
+                    if not is_active():
+                        yield None
+                        return
+                    wait = WAIT_SLICE
+            i = j
+        if n > acked:
+            yield n - acked
+
+    def _item_columns(self, cols: Any, sq: Any) -> tuple[Any, tuple[bool, ...]]:
+        chunks = self._chunks
+        if not isinstance(cols, list) or not cols or len(cols) > 100_000:
+            raise DecodeError("an item needs a non-empty list of columns")
+        if not isinstance(sq, list) or len(sq) != len(cols):
+            raise DecodeError("an item needs one squeeze flag per column")
+        columns = []
+        for col in cols:
+            if type(col) is list and len(col) == 3:  # fast path: one slice
+                ck, off, ln = col
+                c = chunks.get(ck) if type(ck) is int else None
+                if c is not None and type(off) is int and type(ln) is int and off >= 0 \
+                        and ln >= 1 and off + ln <= c.data.end:
+                    columns.append(((c, off, ln),))
+                    continue
+            if not isinstance(col, list) or not col or len(col) % 3:
+                raise DecodeError("a column is a flat list of (chunk key, offset, length) triples")
+            slices = []
+            for i in range(0, len(col), 3):
+                ck, off, ln = col[i], col[i + 1], col[i + 2]
+                c = chunks.get(ck) if isinstance(ck, int) else None
+                if c is None:
+                    raise DecodeError(f"item refers to chunk {ck!r}, which this stream did not send")
+                if not isinstance(off, int) or not isinstance(ln, int) or off < 0 or ln < 1 \
+                        or off + ln > c.data.end:
+                    raise DecodeError(f"item refers to rows [{off}, {off}+{ln}) of chunk {ck}, "
+                                      f"which has {c.data.end} rows")
+                slices.append((c, off, ln))
+            columns.append(slices)
+        squeeze = items_lib.intern_squeeze(sq)
+        for s, col in zip(squeeze, columns):
+            if s and (len(col) != 1 or col[0][2] != 1):
+                raise DecodeError("a squeezed column must hold exactly one row")
+        if all(len(c) == 1 for c in columns):
+            return tuple([x for c in columns for x in c[0]]), squeeze
+        return items_lib.pack(columns), squeeze
+
+
+def _check_signature(table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
+    sig = table.flat_signature
+    if sig is None:
+        return
+    cols = []
+    for col, s in zip(items_lib.columns(packed), squeeze):
+        dtype, row_shape = col[0][0].spec
+        if s:
+            cols.append((dtype, row_shape, None))
+        else:  # whole-step columns may also match the signature of one step
+            cols.append((dtype, (sum(x[2] for x in col), *row_shape), row_shape))
+    check_columns(table.name, sig, cols)

@@ -1,0 +1,441 @@
+"""The messages of service ``ostinato.Replay``: every schema, both directions, in one module.
+
+Every payload is one msgpack map (:func:`~ostinato.wire.codec.pack`); row data travels as
+segments (:mod:`ostinato.wire.codec`). Clients build requests and read replies with the
+functions here, the service reads requests and builds replies with them, so a field name is
+written in this module only. Readers validate every field and raise
+:class:`~ostinato.errors.DecodeError` on anything malformed.
+
+=============  ==========================================  =====================================
+method         request                                     reply
+=============  ==========================================  =====================================
+``Insert``     stream of framed maps: ``seg`` segments,    stream of ``{n}``: items of the
+               ``t`` table names, ``i`` items ``[table     requests (in order) now in their
+               index, key, priority, columns, squeeze]``,  tables
+               ``keep`` chunk keys the writer still uses,
+               ``r`` positions of resent items, ``shm``
+               the writer's ring (first request)
+``Sample``     ``{t, n, to}``: table, most items,          ``keys p sz pr ts`` (uint64/float64/
+               timeout in ms (None: none)                  int64/float64/int32 bytes) and either
+                                                           ``cols``+``sq1`` (stacked columns) or
+                                                           ``items``+``sq``+``segs``
+``Mutate``     ``{t, d?, k?, p?}``: deletes, keys and      ``{deleted, updated}``
+               their new priorities (packed arrays)
+``Reset``      ``{t}``                                     ``{}``
+``ServerInfo`` ``{}``                                      ``{tables: [table info]}``
+``Checkpoint`` ``{}``                                      ``{path}``
+=============  ==========================================  =====================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ostinato.core import items as items_lib
+from ostinato.core.chunks import Chunk, chunk_row_bytes
+from ostinato.core.signature import signature_from_data, signature_to_data
+from ostinato.core.specs import dtype_from_str, dtype_to_str
+from ostinato.core.table_info import (
+    HeapOptions,
+    KeyDistributionOptions,
+    PrioritizedOptions,
+    RateLimiterCallStats,
+    RateLimiterInfo,
+    TableInfo,
+)
+from ostinato.errors import DecodeError
+from ostinato.wire import codec
+from ostinato.wire.rows import SegmentedRows
+
+SERVICE = "ostinato.Replay"
+UNARY_METHODS = ("Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint")
+INSERT_METHOD = "Insert"
+#: Largest message either side sends or accepts unless configured otherwise.
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+#: Most items one Sample request may ask for.
+MAX_SAMPLES_PER_REQUEST = 1_000_000
+
+
+def method_path(name: str) -> str:
+    """The gRPC path of a method (``/ostinato.Replay/Sample``)."""
+    return f"/{SERVICE}/{name}"
+
+
+def _u64_array(b: Any, what: str) -> np.ndarray:
+    if not isinstance(b, bytes) or len(b) % 8:
+        raise DecodeError(f"field {what!r} must be packed uint64 keys")
+    return np.frombuffer(b, dtype="<u8")
+
+
+def _f64_array(b: Any, what: str) -> np.ndarray:
+    if not isinstance(b, bytes) or len(b) % 8:
+        raise DecodeError(f"field {what!r} must be packed float64 values")
+    return np.frombuffer(b, dtype="<f8").astype(np.float64)
+
+
+# -- Sample ----------------------------------------------------------------------------------------
+def sample_request(table: str, num_samples: int, timeout_ms: int | None) -> dict:
+    return {"t": table, "n": int(num_samples), "to": timeout_ms}
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleRequest:
+    table: str
+    num_samples: int
+    timeout_ms: int | float | None
+
+
+def parse_sample_request(msg: Any) -> SampleRequest:
+    table = codec.req(msg, "t", str)
+    n = codec.req(msg, "n", int)
+    if not 1 <= n <= MAX_SAMPLES_PER_REQUEST:
+        raise DecodeError(f"num_samples ({n}) must be in [1, {MAX_SAMPLES_PER_REQUEST}]")
+    to = msg.get("to")
+    if to is not None and (not isinstance(to, (int, float)) or isinstance(to, bool) or to < 0):
+        raise DecodeError(f"timeout_ms must be None or >= 0, got {to!r}")
+    return SampleRequest(table, n, to)
+
+
+def sample_reply(batch: items_lib.SampleBatch) -> dict:
+    """Sampled items and their data.
+
+    Alike items (the usual case) travel column by column: one payload per column with the rows
+    of every item, which the client turns into the stacked batch with one ``frombuffer``.
+    Other batches carry the row segments each item needs (each segment once).
+    """
+    head = {
+        "keys": batch.keys.astype("<u8").tobytes(),
+        "p": batch.probabilities.astype("<f8").tobytes(),
+        "sz": batch.table_sizes.astype("<i8").tobytes(),
+        "pr": batch.priorities.astype("<f8").tobytes(),
+        "ts": batch.times_sampled.astype("<i4").tobytes(),
+    }
+    cols = _columnar(batch) if batch.trajectories else None
+    if cols is not None:
+        head["cols"] = cols
+        head["sq1"] = list(batch.squeeze[0])
+        return head
+    head.update(_with_segments(batch))
+    return head
+
+
+def sample_reply_data_bytes(reply: dict) -> int:
+    """Bytes of row data a sample reply carries."""
+    return sum(len(c["b"]) for c in reply.get("cols", ())) + sum(
+        len(g["b"]) for g in reply.get("segs", ()))
+
+
+def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
+    """One payload per column holding the rows of all items, when the items are alike
+    (same columns, lengths, dtypes and shapes; no strings), whether a column is one slice of
+    a chunk or spans several chunks. Otherwise None."""
+    trajs = batch.trajectories
+    if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
+        return None
+    per_item = [items_lib.columns(t) for t in trajs]
+    ncols = len(per_item[0])
+    if any(len(c) != ncols for c in per_item):
+        return None
+    out = []
+    for ci in range(ncols):
+        first = per_item[0][ci]
+        spec = first[0][0].spec
+        if spec is None or spec[0].kind == "O":
+            return None
+        n = sum(x[2] for x in first)
+        parts = []
+        for cols in per_item:
+            total = 0
+            for chunk, off, ln in cols[ci]:
+                if chunk.spec is not spec and chunk.spec != spec:
+                    return None
+                parts.append(chunk_row_bytes(chunk, off, off + ln))
+                total += ln
+            if total != n:
+                return None
+        out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
+    return out
+
+
+def _with_segments(batch: items_lib.SampleBatch) -> dict:
+    seg_index: dict[int, int] = {}
+    segs: list[dict] = []
+    items = []
+    for packed in batch.trajectories:
+        cols = []
+        for col in items_lib.columns(packed):
+            flat: list[int] = []
+            for chunk, off, ln in col:
+                data = chunk.data
+                if isinstance(data, SegmentedRows):
+                    for seg, local, n in data.covering(off, ln):
+                        idx = seg_index.get(id(seg))
+                        if idx is None:
+                            idx = seg_index[id(seg)] = len(segs)
+                            segs.append(seg.raw)
+                        flat += (idx, local, n)
+                else:  # written in-process: encode just the rows needed
+                    seg = codec.make_segment(chunk.key, chunk.episode_id, off, data[off:off + ln],
+                                             compress=True)
+                    flat += (len(segs), 0, ln)
+                    segs.append(seg)
+            cols.append(flat)
+        items.append(cols)
+    return {"items": items, "sq": [list(s) for s in batch.squeeze], "segs": segs}
+
+
+def parse_sample_reply(resp: Any) -> items_lib.SampleBatch:
+    try:
+        keys = np.frombuffer(resp["keys"], "<u8").astype(np.uint64)
+        n = len(keys)
+        probs = np.frombuffer(resp["p"], "<f8").astype(np.float64)
+        sizes = np.frombuffer(resp["sz"], "<i8").astype(np.int64)
+        prios = np.frombuffer(resp["pr"], "<f8").astype(np.float64)
+        times = np.frombuffer(resp["ts"], "<i4").astype(np.int32)
+        if not len(probs) == len(sizes) == len(prios) == len(times) == n:
+            raise DecodeError("sample response fields differ in length")
+        if "cols" in resp:
+            sq = items_lib.intern_squeeze(resp["sq1"])
+            columns = []
+            for col, s in zip(resp["cols"], sq):
+                dtype = dtype_from_str(col["d"])
+                shape = codec.shape_from_wire(col["h"])
+                ln = int(col["n"])
+                arr = np.frombuffer(col["b"], dtype=dtype.newbyteorder("<"))
+                arr = arr.reshape((n, *shape) if s else (n, ln, *shape))
+                columns.append(arr.astype(dtype.newbyteorder("="), copy=False))
+            return items_lib.SampleBatch(keys, probs, sizes, prios, times, [], [sq] * n,
+                                         columns=columns)
+        if len(resp["items"]) != n:
+            raise DecodeError("sample response fields differ in length")
+        chunks = []
+        for m in resp["segs"]:
+            seg = codec.parse_segment(m, 2**62)
+            arr = seg.decode()
+            arr.flags.writeable = False
+            chunks.append(Chunk(seg.key, arr, seg.episode_id, spec=(seg.dtype, seg.row_shape)))
+        trajs = []
+        for cols in resp["items"]:
+            columns = []
+            for flat in cols:
+                columns.append([(chunks[flat[j]], flat[j + 1], flat[j + 2])
+                                for j in range(0, len(flat), 3)])
+            trajs.append(items_lib.pack(columns))
+        squeeze = [items_lib.intern_squeeze(s) for s in resp["sq"]]
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        if isinstance(e, DecodeError):
+            raise
+        raise DecodeError(f"malformed sample response: {e}") from None
+    return items_lib.SampleBatch(keys, probs, sizes, prios, times, trajs, squeeze)
+
+
+# -- Mutate ----------------------------------------------------------------------------------------
+def mutate_request(table: str, *, delete_keys: np.ndarray | None = None,
+                   update_keys: np.ndarray | None = None,
+                   priorities: np.ndarray | None = None) -> dict:
+    msg: dict[str, Any] = {"t": table}
+    if delete_keys is not None:
+        msg["d"] = np.asarray(delete_keys, dtype="<u8").tobytes()
+    if update_keys is not None:
+        msg["k"] = np.asarray(update_keys, dtype="<u8").tobytes()
+        msg["p"] = np.asarray(priorities, dtype="<f8").tobytes()
+    return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class MutateRequest:
+    table: str
+    delete_keys: np.ndarray | None
+    update_keys: np.ndarray | None
+    priorities: np.ndarray | None
+
+
+def parse_mutate_request(msg: Any) -> MutateRequest:
+    table = codec.req(msg, "t", str)
+    deletes = msg.get("d")
+    keys = msg.get("k")
+    d = _u64_array(deletes, "d") if deletes else None
+    k = p = None
+    if keys is not None:
+        k = _u64_array(keys, "k")
+        p = _f64_array(msg.get("p"), "p")
+        if len(k) != len(p):
+            raise DecodeError("keys and priorities differ in length")
+    return MutateRequest(table, d, k, p)
+
+
+def mutate_reply(deleted: int, updated: int) -> dict:
+    return {"deleted": deleted, "updated": updated}
+
+
+def parse_mutate_reply(msg: Any) -> tuple[int, int]:
+    """``(deleted, updated)``."""
+    return int(msg.get("deleted", 0)), int(msg.get("updated", 0))
+
+
+# -- Reset, Checkpoint -----------------------------------------------------------------------------
+def reset_request(table: str) -> dict:
+    return {"t": table}
+
+
+def parse_reset_request(msg: Any) -> str:
+    return codec.req(msg, "t", str)
+
+
+def checkpoint_reply(path: str) -> dict:
+    return {"path": path}
+
+
+def parse_checkpoint_reply(msg: Any) -> str:
+    return str(codec.req(msg, "path", str))
+
+
+# -- ServerInfo ------------------------------------------------------------------------------------
+def server_info_reply(infos: list[TableInfo]) -> dict:
+    return {"tables": [encode_table_info(i) for i in infos]}
+
+
+def parse_server_info_reply(msg: Any) -> list[TableInfo]:
+    tables = msg.get("tables", []) if isinstance(msg, dict) else None
+    if not isinstance(tables, list):
+        raise DecodeError("server info must hold a list of tables")
+    return [decode_table_info(m) for m in tables]
+
+
+def encode_options(o: KeyDistributionOptions) -> dict:
+    return {"which": o.WhichOneof("distribution"),
+            "exp": o.prioritized.priority_exponent if o.prioritized else None,
+            "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
+
+
+def decode_options(m: Any) -> KeyDistributionOptions:
+    if not isinstance(m, dict):
+        raise DecodeError("bad selector options")
+    which = m.get("which")
+    if which == "prioritized":
+        exp = m.get("exp")
+        if not isinstance(exp, (int, float)) or isinstance(exp, bool):
+            raise DecodeError("bad priority exponent")
+        return KeyDistributionOptions(prioritized=PrioritizedOptions(float(exp)))
+    if which == "heap":
+        return KeyDistributionOptions(heap=HeapOptions(bool(m.get("min_heap"))),
+                                      is_deterministic=True)
+    if which in ("fifo", "lifo", "uniform"):
+        return KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
+    raise DecodeError(f"unknown selector {which!r}")
+
+
+def encode_table_info(i: TableInfo) -> dict:
+    r = i.rate_limiter_info
+    return {
+        "name": i.name, "sampler": encode_options(i.sampler_options),
+        "remover": encode_options(i.remover_options), "max_size": i.max_size,
+        "max_times_sampled": i.max_times_sampled,
+        "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
+               r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
+        "signature": signature_to_data(i.signature), "current_size": i.current_size,
+        "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
+        "num_unique_samples": i.num_unique_samples,
+    }
+
+
+def decode_table_info(m: dict) -> TableInfo:
+    try:
+        rl = m["rl"]
+        return TableInfo(
+            name=m["name"], sampler_options=decode_options(m["sampler"]),
+            remover_options=decode_options(m["remover"]), max_size=m["max_size"],
+            max_times_sampled=m["max_times_sampled"],
+            rate_limiter_info=RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
+                                              RateLimiterCallStats(rl[4]),
+                                              RateLimiterCallStats(rl[5]), rl[6]),
+            signature=signature_from_data(m["signature"]), current_size=m["current_size"],
+            num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
+            num_unique_samples=m["num_unique_samples"])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, DecodeError):
+            raise
+        raise DecodeError(f"bad table info: {e}") from None
+
+
+# -- Insert ----------------------------------------------------------------------------------------
+def insert_request(segments: list[dict], tables: list[str], items: list[list[Any]],
+                   keep: list[int], retried: list[int], ring: dict | None) -> bytes:
+    """A framed Insert request (segment payloads outside the msgpack header, see
+    :func:`~ostinato.wire.codec.pack_framed`).
+
+    Args:
+      segments: row segments the request carries (:func:`~ostinato.wire.codec.make_segment`).
+      tables: table names; items name them by index.
+      items: ``[table index, key, priority, columns, squeeze flags]``; a column is a flat list
+        of ``chunk key, offset, length`` triples.
+      keep: chunk keys the writer may still refer to (the server forgets the others).
+      retried: positions of items resent after a broken connection (the server skips those
+        it already stored).
+      ring: the writer's shared-memory ring descriptor, in the first request that uses it.
+    """
+    body: dict[str, Any] = {"seg": segments, "t": tables, "i": items, "keep": keep}
+    if retried:
+        body["r"] = retried
+    if ring is not None:
+        body["shm"] = ring
+    return codec.pack_framed(body)
+
+
+@dataclasses.dataclass
+class InsertRequest:
+    """An Insert request with its fields checked for type (the items' contents are checked
+    against the stream's chunks by the service)."""
+
+    segments: list[Any]
+    tables: list[str]
+    items: list[list[Any]]
+    keep: set[int]
+    retried: set[int]
+    ring: Any
+
+
+def parse_insert_request(raw: bytes) -> InsertRequest:
+    msg = codec.unpack_framed(raw)
+    if not isinstance(msg, dict):
+        raise DecodeError("insert request must be a map")
+    keep = msg.get("keep", [])
+    if not isinstance(keep, list) or not all(type(k) is int for k in keep):
+        raise DecodeError("field 'keep' must be a list of chunk keys")
+    retried = msg.get("r", [])
+    if not isinstance(retried, list):
+        raise DecodeError("field 'r' must be a list of item positions")
+    segs = msg.get("seg", [])
+    if not isinstance(segs, list):
+        raise DecodeError("field 'seg' must be a list of segments")
+    tables = msg.get("t", [])
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+        raise DecodeError("field 't' must be a list of table names")
+    items = msg.get("i", [])
+    if not isinstance(items, list):
+        raise DecodeError("field 'i' must be a list of items")
+    for it in items:
+        if not isinstance(it, list) or len(it) != 5:
+            raise DecodeError("an item must be [table, key, priority, columns, squeeze]")
+    return InsertRequest(segs, tables, items, set(keep), set(retried), msg.get("shm"))
+
+
+def insert_ack(n: int) -> bytes:
+    """The reply confirming ``n`` more items of the stream's requests, in order."""
+    return codec.pack({"n": n})
+
+
+def parse_insert_ack(raw: bytes) -> int:
+    msg = codec.unpack(raw)
+    n = msg.get("n", 0) if isinstance(msg, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise DecodeError(f"bad insert acknowledgement {msg!r:.80}")
+    return n
+
+
+def approx_reply_items(max_message_bytes: int, item_bytes: float) -> int:
+    """Most items whose data fits half a message of ``max_message_bytes``."""
+    return max(1, int(max_message_bytes * 0.5 // max(item_bytes, 1.0)))
