@@ -224,6 +224,10 @@ class ColumnChunker:
         if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
             self._start_chunk(episode_id)
 
+    def live_chunk_keys(self) -> set[int]:
+        """Keys of the chunks holding the values whose refs are still live."""
+        return {r.chunk.key for r in list(self._live)}
+
     def release_spare_rows(self) -> None:
         """Closes the chunk being filled (trimming its unused rows); the next value starts a new one."""
         self._trim_current()

@@ -9,9 +9,8 @@ import numpy as np
 import optree
 
 from ostinato import errors
-from ostinato.core import items as items_lib
-from ostinato.core.keys import new_key
-from ostinato.writers.trajectory_writer import TrajectoryWriter, _merge_refs
+from ostinato.writers.packing import pack_columns
+from ostinato.writers.trajectory_writer import TrajectoryWriter
 
 _log = logging.getLogger(__name__)
 
@@ -101,10 +100,8 @@ class Writer:
         if priority != priority:
             raise ValueError("`priority` must not be nan.")
         cols = [c.history[-num_timesteps:] for c in w._columns]
-        sq = items_lib.intern_squeeze([False] * len(cols))
-        w._validate_item(table, priority, cols, sq, legacy=True)
-        columns = [_merge_refs(c._refs, i) for i, c in enumerate(cols)]
-        w._submit(table, (new_key(), priority, items_lib.pack(columns), sq), None)
+        packed, sq = pack_columns(cols)
+        w._create_packed(table, priority, cols, packed, sq, None, whole_steps=True)
 
     def flush(self, *, timeout_ms: int | None = None) -> None:
         """Waits until every created item is in its table (``timeout_ms``: Ostinato only)."""

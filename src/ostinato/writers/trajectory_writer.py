@@ -14,9 +14,9 @@ from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.core.signature import check_columns
-from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
+from ostinato.writers.packing import pack_columns
 
 _log = logging.getLogger(__name__)
 
@@ -24,20 +24,6 @@ _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, np.float32, np.float64, n
                          np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
                          np.bool_})
 _SQ_CACHE = items_lib._SQUEEZE_CACHE
-
-
-def _repack(packed: list[Any]) -> tuple[Any, ...]:
-    """Turns a mixed list of (chunk, offset, length) triples and slice lists into per-column form."""
-    columns: list[tuple[Any, ...]] = []
-    i = 0
-    while i < len(packed):
-        if isinstance(packed[i], list):
-            columns.append(tuple(packed[i]))
-            i += 1
-        else:
-            columns.append(((packed[i], packed[i + 1], packed[i + 2]),))
-            i += 3
-    return tuple(columns)
 
 
 def _is_column(x: Any) -> bool:
@@ -57,36 +43,6 @@ class _Column:
         self.chunker = chunker
         self.history = history
         self.set_in_step = False
-
-
-def _merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, int]]:
-    """Turns refs into slices, merging only truly contiguous rows of the same chunk.
-
-    (Reverb merged any refs sharing a chunk, which returned wrong data for picks like
-    ``history[[0, 2]]``; see its bug list.)
-    """
-    slices: list[list[Any]] = []
-    first = refs[0]
-    chunker = first.chunker
-    for r in refs:
-        if r.expired:
-            raise ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
-        if r.chunker is not chunker and (r.chunker.dtype != chunker.dtype
-                                         or r.chunker.shape != chunker.shape):
-            if r.chunker.dtype != chunker.dtype:
-                raise ValueError(
-                    f"Error in column {col_index}: Column references tensors with different "
-                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}.")
-            raise ValueError(
-                f"Error in column {col_index}: Column references tensors with incompatible shapes: "
-                f"{shape_str(chunker.shape)} (index 0) != {shape_str(r.chunker.shape)}.")
-        if slices:
-            last = slices[-1]
-            if last[0] is r.chunk and last[1] + last[2] == r.offset:
-                last[2] += 1
-                continue
-        slices.append([r.chunk, r.offset, 1])
-    return [(s[0], s[1], s[2]) for s in slices]
 
 
 class TrajectoryWriter:
@@ -306,42 +262,19 @@ class TrajectoryWriter:
                 if not isinstance(c, TrajectoryColumn):
                     raise TypeError(
                         f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
-        packed: list[Any] = []
-        flat = True
-        squeeze = []
-        for c in cols:
-            refs = c._refs
-            squeeze.append(c._squeeze)
-            if len(refs) == 1 and not refs[0].expired:
-                r = refs[0]
-                packed += (r.chunk, r.offset, 1)
-                continue
-            if not refs:
-                raise ValueError(f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
-                                 f"(path {c._path}) has no steps.")
-            first, last = refs[0], refs[-1]
-            if c._run and last.chunk is first.chunk and last.offset - first.offset == len(refs) - 1 \
-                    and not first.expired:
-                # Consecutive steps of one history column in one chunk: one slice. (Rows of a
-                # chunk are the column's consecutive steps, and refs expire oldest first.)
-                packed += (first.chunk, first.offset, len(refs))
-                continue
-            slices = _merge_refs(refs, len(squeeze) - 1)
-            if len(slices) == 1:
-                packed += slices[0]
-            else:
-                flat = False
-                packed.append(slices)
-        if not cols:
-            raise ValueError("trajectory must not be empty.")
-        sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
+        trajectory_packed, sq = pack_columns(cols)
+        self._create_packed(table, priority, cols, trajectory_packed, sq, timeout_ms)
+
+    def _create_packed(self, table: str, priority: float, cols: list[TrajectoryColumn],
+                       packed: items_lib.Packed, sq: tuple[bool, ...], timeout_ms: int | None,
+                       whole_steps: bool = False) -> None:
+        """Validates (when asked to) and submits an item made of ``cols``, packed.
+
+        ``whole_steps``: the columns are whole steps (the legacy ``Writer``), which a signature
+        of one step also describes."""
         if self._validate and (table not in self._trivially_valid or priority < 0):
-            self._validate_item(table, priority, cols, sq)
-        if flat:
-            trajectory_packed = tuple(packed)
-        else:
-            trajectory_packed = _repack(packed)
-        self._submit(table, (new_key(), priority, trajectory_packed, sq), timeout_ms)
+            self._validate_item(table, priority, cols, sq, legacy=whole_steps)
+        self._submit(table, (new_key(), priority, packed, sq), timeout_ms)
 
     def _table_meta(self, table: str) -> Any:
         meta = self._table_cache.get(table)
@@ -389,8 +322,7 @@ class TrajectoryWriter:
         """Keys of chunks that items created later may still refer to (live refs)."""
         keys: set[int] = set()
         for col in list(self._columns):
-            for r in list(col.chunker._live):
-                keys.add(r.chunk.key)
+            keys.update(col.chunker.live_chunk_keys())
         return keys
 
     @property

@@ -1,0 +1,103 @@
+"""From a writer's history columns to the packed trajectory an item holds.
+
+An item refers to rows of chunks: per column, the slices ``(chunk, offset, length)`` its steps
+occupy. A column of consecutive steps of one chunk is one slice (the usual case, found without
+looking at each step); anything else -- steps across chunks, picks like ``history[[0, 2]]`` --
+is merged into slices of truly contiguous rows only. See :mod:`ostinato.core.items` for the
+packed form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ostinato.core import items as items_lib
+from ostinato.core.specs import dtype_name, shape_str
+from ostinato.writers.columns import TrajectoryColumn
+
+_SQ_CACHE = items_lib._SQUEEZE_CACHE
+
+
+def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, int]]:
+    """Turns refs into slices, merging only truly contiguous rows of the same chunk.
+
+    (Reverb merged any refs sharing a chunk, which returned wrong data for picks like
+    ``history[[0, 2]]``; see its bug list.)
+    """
+    slices: list[list[Any]] = []
+    first = refs[0]
+    chunker = first.chunker
+    for r in refs:
+        if r.expired:
+            raise ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
+        if r.chunker is not chunker and (r.chunker.dtype != chunker.dtype
+                                         or r.chunker.shape != chunker.shape):
+            if r.chunker.dtype != chunker.dtype:
+                raise ValueError(
+                    f"Error in column {col_index}: Column references tensors with different "
+                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}.")
+            raise ValueError(
+                f"Error in column {col_index}: Column references tensors with incompatible shapes: "
+                f"{shape_str(chunker.shape)} (index 0) != {shape_str(r.chunker.shape)}.")
+        if slices:
+            last = slices[-1]
+            if last[0] is r.chunk and last[1] + last[2] == r.offset:
+                last[2] += 1
+                continue
+        slices.append([r.chunk, r.offset, 1])
+    return [(s[0], s[1], s[2]) for s in slices]
+
+
+
+def _repack(packed: list[Any]) -> tuple[Any, ...]:
+    """Turns a mixed list of (chunk, offset, length) triples and slice lists into per-column
+    form."""
+    columns: list[tuple[Any, ...]] = []
+    i = 0
+    while i < len(packed):
+        if isinstance(packed[i], list):
+            columns.append(tuple(packed[i]))
+            i += 1
+        else:
+            columns.append(((packed[i], packed[i + 1], packed[i + 2]),))
+            i += 3
+    return tuple(columns)
+
+
+def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tuple[bool, ...]]:
+    """The packed trajectory and the (interned) squeeze flags of an item made of ``cols``.
+
+    Raises:
+      ValueError: a column has no steps, refers to an expired step, or mixes dtypes/shapes.
+    """
+    packed: list[Any] = []
+    flat = True
+    squeeze = []
+    for c in cols:
+        refs = c._refs
+        squeeze.append(c._squeeze)
+        if len(refs) == 1 and not refs[0].expired:
+            r = refs[0]
+            packed += (r.chunk, r.offset, 1)
+            continue
+        if not refs:
+            raise ValueError(f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
+                             f"(path {c._path}) has no steps.")
+        first, last = refs[0], refs[-1]
+        if c._run and last.chunk is first.chunk and last.offset - first.offset == len(refs) - 1 \
+                and not first.expired:
+            # Consecutive steps of one history column in one chunk: one slice. (Rows of a
+            # chunk are the column's consecutive steps, and refs expire oldest first.)
+            packed += (first.chunk, first.offset, len(refs))
+            continue
+        slices = merge_refs(refs, len(squeeze) - 1)
+        if len(slices) == 1:
+            packed += slices[0]
+        else:
+            flat = False
+            packed.append(slices)
+    if not cols:
+        raise ValueError("trajectory must not be empty.")
+    sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
+    return (tuple(packed) if flat else _repack(packed)), sq
