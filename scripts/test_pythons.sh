@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 # string columns. None of them needs PyTorch, JAX or TensorFlow.
 TESTS=(
   tests/core tests/writers tests/wire
-  tests/test_client.py tests/test_server.py tests/test_trajectory_writer.py
+  tests/transport tests/test_client.py tests/test_server.py
   tests/test_reverb_bugs.py tests/test_public_api.py tests/test_layering.py
   tests/test_string_columns.py tests/checkpointing/test_ckpt_cli.py
 )

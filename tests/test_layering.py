@@ -1,9 +1,30 @@
-"""The core stays pure: importing it (or the package) loads no transport or ML framework."""
+"""The layers stay layered.
 
+* Importing the core (or the package) loads no transport or ML framework.
+* Each package imports only the layers below it (DESIGN.md §2): ``core`` only itself and
+  ``errors``; ``writers`` never the transports or the wire; the transports never the client,
+  the server or (but for the one lazy dial in ``transport.connect``) the wire; the wire never
+  the client or the server; the client never the server; ``device`` nothing of the rest.
+* No import cycle among modules (imports at module level), no private name taken from another
+  package, and no source file over 600 lines.
+
+Checked on the source (``ast``), so that lazy imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
 import subprocess
 import sys
 
+import pytest
+
+import ostinato
+
 FORBIDDEN = ("grpc", "google.protobuf", "tensorflow", "torch", "jax")
+SRC = pathlib.Path(ostinato.__file__).parent
+MAX_LINES = 600
 
 
 def _loaded_after_import(module: str) -> list[str]:
@@ -25,13 +46,148 @@ def test_package_import_is_light():
 
 
 def test_core_sources_do_not_import_forbidden_modules():
-    import pathlib
-
-    import ostinato.core
-
-    root = pathlib.Path(ostinato.core.__file__).parent
-    for path in root.glob("*.py"):
+    for path in (SRC / "core").glob("*.py"):
         text = path.read_text()
         for name in ("grpc", "protobuf", "tensorflow", "torch", "jax"):
             assert f"import {name}" not in text, (path, name)
             assert f"from {name}" not in text, (path, name)
+
+
+# -- the import graph ------------------------------------------------------------------------------
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _imports() -> list[tuple[str, str, str | None, bool]]:
+    """(importer, imported module, imported name or None, at module level?) for every import of
+    an ostinato module anywhere in the source."""
+    out = []
+    for mod, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                    and node.module.split(".")[0] == "ostinato":
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in MODULES:
+                        out.append((mod, full, None, id(node) in top))
+                    else:
+                        out.append((mod, node.module, alias.name, id(node) in top))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "ostinato":
+                        out.append((mod, alias.name, None, id(node) in top))
+    return out
+
+
+IMPORTS = _imports()
+
+
+def _area(module: str) -> str:
+    """``core``, ``wire``, ... for modules in a package; the module's own name at the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "ostinato"
+
+
+#: area -> the areas it may import (besides itself).
+ALLOWED = {
+    "errors": set(),
+    "core": {"errors"},
+    "writers": {"core", "errors"},
+    "checkpointing": {"core", "errors"},
+    "device": {"errors"},
+    "replay_sample": set(),
+    "transport": {"core", "errors", "writers"},
+    "wire": {"core", "errors", "transport"},
+    "client": {"core", "errors", "writers", "transport", "replay_sample"},
+}
+#: The lazy edges that make a layer reach up on purpose: the client's address resolution dials
+#: the gRPC transport only when an address is not served in this process.
+LAZY_EXCEPTIONS = {("ostinato.transport.connect", "ostinato.wire.transport")}
+#: Areas that reach servers through the client only.
+CLIENT_SIDE = {"datasets", "observers", "rlds"}
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    bad = []
+    for importer, imported, _, _top in IMPORTS:
+        a, b = _area(importer), _area(imported)
+        if a == b or (importer, imported) in LAZY_EXCEPTIONS:
+            continue
+        if a in ALLOWED and b not in ALLOWED[a]:
+            bad.append(f"{importer} imports {imported}")
+        if a in CLIENT_SIDE and b in ("wire", "server", "transport"):
+            bad.append(f"{importer} imports {imported} (go through ostinato.client)")
+    assert not bad, "\n".join(bad)
+
+
+def test_writers_never_import_the_wire():
+    assert not [(a, b) for a, b, _, _ in IMPORTS
+                if _area(a) == "writers" and _area(b) == "wire"]
+
+
+def test_no_private_name_is_imported_from_another_package():
+    bad = [f"{a} imports {name} from {b}" for a, b, name, _ in IMPORTS
+           if name is not None and name.startswith("_") and _area(a) != _area(b)]
+    bad += [f"{a} imports {b}" for a, b, _, _ in IMPORTS
+            if b.rsplit(".", 1)[-1].startswith("_") and _area(a) != _area(b)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_attribute_of_another_packages_module_is_read():
+    bad = []
+    for mod, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        aliases = {}  # local name -> module, for "from ostinato.x import y as z" of modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ostinato"):
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in MODULES:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") \
+                    and _area(aliases[node.value.id]) != _area(mod):
+                bad.append(f"{mod}: {node.value.id}.{node.attr}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycle_at_module_level():
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for a, b, _, top in IMPORTS:
+        if top and b in MODULES and b != a and not b.startswith(a + "."):
+            graph[a].add(b)
+    # The package __init__ files import their submodules; a submodule importing a sibling
+    # through the package is not a cycle worth reporting, so packages are left out.
+    packages = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    color: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        color[m] = 1
+        for n in sorted(graph[m] - packages):
+            if color.get(n) == 1:
+                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+            elif n not in color:
+                visit(n, stack + [n])
+        color[m] = 2
+
+    for m in sorted(set(graph) - packages):
+        if m not in color:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
+
+
+@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_source_file_over_600_lines(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(SRC)} has {n} lines; split it by concept"

@@ -87,6 +87,11 @@ class Client:
     def server_address(self) -> str:
         return self._server_address
 
+    def copy(self, *, in_process: bool | None = None) -> Client:
+        """A new client for the same address(es) with the same options; ``in_process`` as for
+        the constructor (``False``: always over gRPC, as a process forked from this one must)."""
+        return Client(self._server_address, in_process=in_process, **self._options)
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_client, (self._server_address, self._options, self._in_process))
 

@@ -67,9 +67,9 @@ def test_intern_squeeze_shares_tuples_and_is_bounded(monkeypatch: pytest.MonkeyP
     assert a == (True, False) and items_lib.intern_squeeze((1, 0)) is a
     assert items_lib.intern_squeeze([[1], []]) == (True, False)  # unhashable: truth values
     assert items_lib.intern_squeeze([2, 0]) == (True, False)
-    monkeypatch.setattr(items_lib, "_SQUEEZE_CACHE", {})
+    monkeypatch.setattr(items_lib, "SQUEEZE_CACHE", {})
     monkeypatch.setattr(items_lib, "_SQUEEZE_CACHE_MAX", 2)
     for k in range(10):  # a peer sending ever new flag tuples cannot grow the cache
         flags = [bool(k >> i & 1) for i in range(4)]
         assert items_lib.intern_squeeze(flags) == tuple(flags)
-    assert len(items_lib._SQUEEZE_CACHE) == 2
+    assert len(items_lib.SQUEEZE_CACHE) == 2

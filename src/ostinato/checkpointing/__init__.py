@@ -2,7 +2,7 @@
 
 :mod:`.format` defines the files, :mod:`.encode` flattens items and chunks, :mod:`.store`
 writes, prunes and reads checkpoint directories. Users go through
-:mod:`ostinato.checkpointers`.
+:mod:`ostinato.checkpointers` (the checkpointers are in :mod:`.checkpointers`).
 """
 
 from ostinato.checkpointing.format import (

@@ -1,7 +1,7 @@
 """Batch assembly: the one place where sampled items become numpy arrays.
 
-Every reader -- ``Client.sample``, ``Client.sample_batch``, the dataset ``Sampler`` (and so the
-numpy, tf.data, PyTorch and JAX adapters) and ``TFClient`` -- turns sampled items into arrays
+Every reader -- ``Client.sample``, ``Client.sample_batch``, the datasets' ``SampleStream`` (and
+so the numpy, tf.data, PyTorch and JAX adapters) and ``TFClient`` -- turns sampled items into arrays
 here, whoever wrote them. A chunk's rows come from :func:`~ostinato.core.chunks.chunk_array`,
 the one row access (chunks hold a numpy array or a row source; see :mod:`ostinato.core.chunks`).
 

@@ -19,7 +19,9 @@ from ostinato.core.chunks import Chunk
 Slice = tuple[Chunk, int, int]
 Packed = tuple[Any, ...]
 
-_SQUEEZE_CACHE: dict[tuple[bool, ...], tuple[bool, ...]] = {}
+#: Interned squeeze-flag tuples (read-only outside :func:`intern_squeeze`; hot paths look
+#: them up directly before calling it).
+SQUEEZE_CACHE: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
 
 _SQUEEZE_CACHE_MAX = 4096  # distinct flag tuples kept (a remote peer chooses them)
@@ -29,15 +31,15 @@ def intern_squeeze(flags: Sequence[bool]) -> tuple[bool, ...]:
     """The flags as a tuple of bools, one shared tuple per distinct value (cheap to compare
     and to keep per item)."""
     try:
-        hit = _SQUEEZE_CACHE.get(tuple(flags))
+        hit = SQUEEZE_CACHE.get(tuple(flags))
     except TypeError:  # unhashable elements: truth values are taken below
         hit = None
     if hit is not None:
         return hit
     t = tuple(bool(f) for f in flags)
-    if len(_SQUEEZE_CACHE) >= _SQUEEZE_CACHE_MAX:
-        return _SQUEEZE_CACHE.get(t, t)
-    return _SQUEEZE_CACHE.setdefault(t, t)
+    if len(SQUEEZE_CACHE) >= _SQUEEZE_CACHE_MAX:
+        return SQUEEZE_CACHE.get(t, t)
+    return SQUEEZE_CACHE.setdefault(t, t)
 
 
 def pack(columns: Sequence[Sequence[Slice]]) -> Packed:

@@ -11,7 +11,8 @@ first used:
 * :class:`TorchDataset` — a ``torch.utils.data.IterableDataset`` of torch tensor batches
   (PyTorch).
 * :class:`JaxIterator` — batches put on a JAX device ahead of the consumer (JAX).
-* :class:`Sampler` — the framework-free engine under all of them.
+* :class:`SampleStream` — the framework-free engine under all of them (``Sampler`` and
+  ``SamplerOptions`` are the older names of :class:`SampleStream` and :class:`StreamOptions`).
 
 Example:
   >>> import ostinato
@@ -25,8 +26,12 @@ import importlib
 from typing import Any
 
 from ostinato.datasets.iterator import NumpyIterator, numpy
-from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import Sampler
+from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.stream import SampleStream
+
+#: Older names (kept so that existing code keeps working).
+Sampler = SampleStream
+SamplerOptions = StreamOptions
 
 _LAZY = {
     "TrajectoryDataset": "ostinato.datasets.tf_dataset",
@@ -55,8 +60,10 @@ __all__ = [
     "JaxIterator",
     "NumpyIterator",
     "PatternDataset",
+    "SampleStream",
     "Sampler",
     "SamplerOptions",
+    "StreamOptions",
     "TFClient",
     "TimestepDataset",
     "TorchDataset",

@@ -6,19 +6,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from ostinato.client import Client
-from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import Sampler
+from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.stream import SampleStream
 from ostinato.replay_sample import ReplaySample
 
 
 class NumpyIterator:
     """Iterator over sampled batches (or items) as numpy arrays; see :func:`numpy`.
 
-    It owns a :class:`~ostinato.datasets.sampler.Sampler`; ``close()`` (or leaving a ``with``
+    It owns a :class:`~ostinato.datasets.stream.SampleStream`; ``close()`` (or leaving a ``with``
     block, or exhausting the iterator) stops its worker threads.
     """
 
-    def __init__(self, sampler: Sampler, batch_size: int | None, drop_remainder: bool,
+    def __init__(self, sampler: SampleStream, batch_size: int | None, drop_remainder: bool,
                  flat: bool):
         self.sampler = sampler
         self.batch_size = batch_size
@@ -77,7 +77,7 @@ def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
         when ``batch_size`` is None): each request fills two batches, which are views of it,
         and halves the per-request overhead.
       num_workers_per_iterator, max_samples_per_stream, rate_limiter_timeout_ms, max_samples:
-        as in Reverb's datasets; see :class:`~ostinato.datasets.options.SamplerOptions`.
+        as in Reverb's datasets; see :class:`~ostinato.datasets.options.StreamOptions`.
       emit_timesteps: rows are timesteps rather than whole items (``max_samples`` still
         counts items).
       drop_remainder: drop a last batch smaller than ``batch_size``. By default it is
@@ -102,10 +102,10 @@ def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
         raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer or None")
     if max_in_flight_samples_per_worker is None:
         max_in_flight_samples_per_worker = 2 * batch_size if batch_size else 100
-    options = SamplerOptions(
+    options = StreamOptions(
         max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
         num_workers_per_iterator=num_workers_per_iterator,
         max_samples_per_stream=max_samples_per_stream,
         rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples)
-    sampler = Sampler(server_address, table, options, emit_timesteps=emit_timesteps)
+    sampler = SampleStream(server_address, table, options, emit_timesteps=emit_timesteps)
     return NumpyIterator(sampler, batch_size, drop_remainder, flat)

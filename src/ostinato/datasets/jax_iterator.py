@@ -22,7 +22,7 @@ from ostinato.replay_sample import ReplaySample, SampleInfo
 class JaxIterator:
     """Iterator of ``ReplaySample`` batches whose ``data`` are JAX arrays on ``device``.
 
-    Sampling runs on background threads (see :class:`~ostinato.datasets.sampler.Sampler`);
+    Sampling runs on background threads (see :class:`~ostinato.datasets.stream.SampleStream`);
     a transfer thread issues ``jax.device_put`` (asynchronous) for up to ``prefetch``
     batches ahead of the consumer, so transfers overlap its work. A batch that is ready is
     returned at once, without waiting for the ones behind it.

@@ -1,4 +1,4 @@
-"""Options of a :class:`~ostinato.datasets.sampler.Sampler`, with Reverb's names and meanings."""
+"""Options of a :class:`~ostinato.datasets.stream.SampleStream`, with Reverb's names and meanings."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _int(value: Any, name: str) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplerOptions:
+class StreamOptions:
     """How a sampler fetches items. Arguments are validated as Reverb validates them.
 
     Attributes:

@@ -3,7 +3,7 @@
 This module imports TensorFlow; ``ostinato`` and ``ostinato.datasets`` load it only when one
 of these names is first used.
 
-How it works: a :class:`~ostinato.datasets.sampler.Sampler` fetches items in requests of
+How it works: a :class:`~ostinato.datasets.stream.SampleStream` fetches items in requests of
 ``max_in_flight_samples_per_worker`` on background threads; each request's items reach
 TensorFlow as one stacked chunk (``Dataset.from_generator``), which ``unbatch`` splits into
 elements in C++. So a pipeline such as ``TrajectoryDataset(...).batch(256)`` pays Python
@@ -33,8 +33,8 @@ import tensorflow as tf
 from ostinato.client import Client
 from ostinato.core.specs import TensorSpec, is_spec_like
 from ostinato.datasets import specs as specs_lib
-from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import NOT_READY, Piece, Sampler, as_client
+from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.stream import NOT_READY, Piece, SampleStream, as_client
 from ostinato.replay_sample import ReplaySample, SampleInfo
 
 _INFO_DTYPES = SampleInfo(tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32)
@@ -148,7 +148,7 @@ class _ReverbDataset(WrappedDataset):
             raise ValueError(
                 f"dtypes and shapes must have the same structure; got dtypes {dtypes!r} and "
                 f"shapes {shapes!r}")
-        self._options = SamplerOptions(
+        self._options = StreamOptions(
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
@@ -223,7 +223,7 @@ class TrajectoryDataset(_ReverbDataset):
       shapes: nest of ``tf.TensorShape`` (or lists), same structure as ``dtypes``.
       max_in_flight_samples_per_worker: items per request (>= 1).
       num_workers_per_iterator: worker threads per iterator; ``-1`` picks (see
-        :class:`~ostinato.datasets.options.SamplerOptions`).
+        :class:`~ostinato.datasets.options.StreamOptions`).
       max_samples_per_stream: ``-1`` for Reverb's default (10,000).
       rate_limiter_timeout_ms: end the sequence after waiting this long for the rate
         limiter while the consumer waits; ``-1`` waits forever.
@@ -294,14 +294,14 @@ _MAX_SHARERS = 64
 
 
 class _Stream:
-    """One iterator's stream: the Sampler it reads (made on its first fetch; its own, or the
+    """One iterator's stream: the SampleStream it reads (made on its first fetch; its own, or the
     dataset's shared one) and rows not yet handed out (items of different shapes go to
     TensorFlow one at a time)."""
 
     __slots__ = ("sampler", "rows", "shared")
 
     def __init__(self) -> None:
-        self.sampler: Sampler | None = None
+        self.sampler: SampleStream | None = None
         self.rows: collections.deque[list[np.ndarray]] = collections.deque()
         self.shared = False
 
@@ -312,19 +312,19 @@ class _Source:
 
     No ``Dataset.from_generator``: TensorFlow finalizes a generator's iterator by calling back
     into Python, which at interpreter exit printed "Error occurred when finalizing
-    GeneratorDataset iterator" once per open stream. Here a stream ends when its Sampler ends
+    GeneratorDataset iterator" once per open stream. Here a stream ends when its SampleStream ends
     (``max_samples``, a rate-limiter timeout, an error), when the dataset is garbage collected,
     or at interpreter exit (then its iterator sees the end of the sequence).
 
     Without ``max_samples`` (a per-iterator limit) every iterator of the dataset reads one
-    shared Sampler, whose requests grow with the number of readers: TF-Agents interleaves up
+    shared SampleStream, whose requests grow with the number of readers: TF-Agents interleaves up
     to 32 copies of one dataset, and one fetcher taking ``32 * max_in_flight`` items per request
     costs far less than 32 fetchers taking ``max_in_flight`` each (the same items are fetched
     ahead in total). Items still in the shared queue when a reader goes are handed to the next
     (what TensorFlow already took into a deleted iterator's buffers is gone, as with Reverb).
     """
 
-    def __init__(self, client: Client, table: str, options: SamplerOptions,
+    def __init__(self, client: Client, table: str, options: StreamOptions,
                  specs: list[TensorSpec], timesteps: bool):
         self._client = client
         self._table = table
@@ -336,7 +336,7 @@ class _Source:
         self._ids = itertools.count(1)
         self._closed = False
         self._share = options.max_samples == -1
-        self._shared: Sampler | None = None
+        self._shared: SampleStream | None = None
         self._sharers = 0
         info = [np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES]
         data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
@@ -385,8 +385,8 @@ class _Source:
             stream.rows.append([*(a[i:i + 1] for a in p.info), *(r[None] for r in row)])
         return self._row(stream)
 
-    def _new_sampler(self) -> Sampler:
-        sampler = Sampler(self._client, self._table, self._options,
+    def _new_sampler(self) -> SampleStream:
+        sampler = SampleStream(self._client, self._table, self._options,
                           emit_timesteps=self._timesteps,
                           validate=_validator(self._table, self._specs))
         try:
@@ -396,7 +396,7 @@ class _Source:
             raise
         return sampler
 
-    def _sampler_for(self, stream: _Stream) -> Sampler:
+    def _sampler_for(self, stream: _Stream) -> SampleStream:
         if not self._share:
             return self._new_sampler()
         with self._lock:

@@ -16,15 +16,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ostinato.client import Client
 from ostinato.datasets.iterator import numpy as numpy_iterator
-from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import as_client
+from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.stream import as_client
 from ostinato.replay_sample import ReplaySample, SampleInfo
 
 
-def _network_client(client: Client) -> Client:
+def network_client(client: Client) -> Client:
     """The same server reached over gRPC (a DataLoader worker cannot use the parent's
     in-process server: a forked copy of it would be stale)."""
-    return Client(client.server_address, in_process=False, **getattr(client, "_options", {}))
+    return client.copy(in_process=False)
 
 
 def _split(max_samples: int, worker: int, num_workers: int) -> int:
@@ -48,7 +48,7 @@ class TorchDataset(IterableDataset):
       batch_size: items (or timesteps) per batch.
       max_in_flight_samples_per_worker: items per request; default ``2 * batch_size``.
       num_workers_per_iterator, max_samples_per_stream, rate_limiter_timeout_ms, max_samples:
-        Reverb's sampler options (:class:`~ostinato.datasets.options.SamplerOptions`).
+        Reverb's sampler options (:class:`~ostinato.datasets.options.StreamOptions`).
         With ``DataLoader(num_workers=k)``, ``max_samples`` is split between the k workers.
       emit_timesteps: rows are timesteps rather than whole items.
       drop_remainder: drop a last batch smaller than ``batch_size``.
@@ -87,7 +87,7 @@ class TorchDataset(IterableDataset):
         super().__init__()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
-        SamplerOptions(  # validate now rather than in a worker process
+        StreamOptions(  # validate now rather than in a worker process
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker or batch_size,
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
@@ -129,7 +129,7 @@ class TorchDataset(IterableDataset):
                 raise ValueError(
                     f"device ({str(self.device)!r}) cannot be used in DataLoader worker "
                     "processes; leave device=None and use DataLoader(pin_memory=True)")
-            client = _network_client(client)
+            client = network_client(client)
             max_samples = _split(max_samples, worker.id, worker.num_workers)
             if max_samples == 0:
                 return

@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.device._checks import (
-    non_negative_float,
-    optional_seed,
-    positive_int,
-    unit_float,
-)
-from ostinato.device._dispatch import backend_class
-from ostinato.device.spec import ColumnSpec, make_specs
+from ostinato.device._checks import non_negative_float, optional_seed, unit_float
+from ostinato.device.base import DeviceBuffer
 
 
-class PriorityReplayBuffer:
+class PriorityReplayBuffer(DeviceBuffer):
     """A fixed-capacity FIFO replay buffer on an accelerator with proportional prioritization.
 
     The API is MindSpore RL's ``PriorityReplayBuffer`` (``insert(*transition)``,
@@ -68,10 +62,7 @@ class PriorityReplayBuffer:
         >>> buf.update_priorities(indices, torch.rand(4))
     """
 
-    def __new__(cls, *args: Any, backend: str = "torch", **kwargs: Any) -> PriorityReplayBuffer:
-        if cls is PriorityReplayBuffer:
-            cls = backend_class("priority", backend)
-        return super().__new__(cls)
+    _KIND = "priority"
 
     def __init__(
         self,
@@ -91,15 +82,11 @@ class PriorityReplayBuffer:
         validate: bool = True,
     ) -> None:
         self.alpha = unit_float("alpha", alpha)
-        self.capacity = positive_int("capacity", capacity)
-        self.sample_size = positive_int("sample_size", sample_size)
+        self._init_common(capacity, sample_size, shapes, types, names, seed, backend)
         self.beta = non_negative_float("beta", beta)
-        self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
         seed0_, seed1_ = optional_seed(seed0, "seed0"), optional_seed(seed1, "seed1")
-        self.seed = optional_seed(seed)
         if self.seed is None:
             self.seed = seed1_ or seed0_ or None
-        self.backend = backend
         self.validate = bool(validate)
 
     def _beta(self, beta: float | None) -> float:
@@ -165,39 +152,13 @@ class PriorityReplayBuffer:
         """
         raise NotImplementedError
 
-    def get_item(self, index: int) -> tuple[Any, ...]:
-        """Returns a copy of one stored transition (0 oldest, negative from the newest).
-
-        Raises:
-            IndexError: If ``index`` is out of range.
-        """
-        raise NotImplementedError
-
     def reset(self) -> bool:
         """Empties the buffer and its trees, resets the running maximum; returns ``True``."""
         raise NotImplementedError
-
-    def size(self) -> int:
-        """Number of rows stored, as a host ``int`` (no device synchronisation)."""
-        raise NotImplementedError
-
-    def full(self) -> bool:
-        """Whether ``size() == capacity``, as a host ``bool``."""
-        return self.size() >= self.capacity
-
-    def __len__(self) -> int:
-        return self.size()
 
     def state_dict(self) -> dict[str, Any]:
         """Returns everything needed to restore the buffer (storage, trees, RNG state)."""
         raise NotImplementedError
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output into a buffer built with the same arguments."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(alpha={self.alpha}, capacity={self.capacity}, "
-            f"sample_size={self.sample_size}, columns={len(self.specs)}, size={self.size()})"
-        )
+    def _repr_fields(self) -> str:
+        return f"alpha={self.alpha}, capacity={self.capacity}, sample_size={self.sample_size}"

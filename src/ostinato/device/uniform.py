@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.device._checks import optional_seed, positive_int
-from ostinato.device._dispatch import backend_class
-from ostinato.device.spec import ColumnSpec, make_specs
+from ostinato.device.base import DeviceBuffer
 
 
-class UniformReplayBuffer:
+class UniformReplayBuffer(DeviceBuffer):
     """A fixed-capacity FIFO replay buffer held on an accelerator, sampled uniformly.
 
     The API is MindSpore RL's ``UniformReplayBuffer``; the behaviour is what MindSpore's
@@ -52,10 +50,7 @@ class UniformReplayBuffer:
         torch.Size([2, 4])
     """
 
-    def __new__(cls, *args: Any, backend: str = "torch", **kwargs: Any) -> UniformReplayBuffer:
-        if cls is UniformReplayBuffer:
-            cls = backend_class("uniform", backend)
-        return super().__new__(cls)
+    _KIND = "uniform"
 
     def __init__(
         self,
@@ -69,11 +64,7 @@ class UniformReplayBuffer:
         seed: int | None = None,
         backend: str = "torch",
     ) -> None:
-        self.capacity = positive_int("capacity", capacity)
-        self.sample_size = positive_int("sample_size", sample_size)
-        self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
-        self.seed = optional_seed(seed)
-        self.backend = backend
+        self._init_common(capacity, sample_size, shapes, types, names, seed, backend)
 
     def insert(self, exp: Sequence[Any]) -> None:
         """Appends one transition, or a batch of them, overwriting the oldest rows when full.
@@ -88,18 +79,6 @@ class UniformReplayBuffer:
                 batch of elements, or columns with different batch sizes. The message names
                 the column.
             TypeError: A dtype differing from the column's. The message names the column.
-        """
-        raise NotImplementedError
-
-    def get_item(self, index: int) -> tuple[Any, ...]:
-        """Returns a copy of one stored transition.
-
-        Args:
-            index: Logical index: 0 is the oldest row, ``size() - 1`` the newest, and
-                negative values count back from the newest.
-
-        Raises:
-            IndexError: If ``index`` is out of range.
         """
         raise NotImplementedError
 
@@ -125,28 +104,3 @@ class UniformReplayBuffer:
     def reset(self) -> bool:
         """Empties the buffer (size 0, storage zeroed) and returns ``True``."""
         raise NotImplementedError
-
-    def size(self) -> int:
-        """Number of rows stored, as a host ``int`` (no device synchronisation)."""
-        raise NotImplementedError
-
-    def full(self) -> bool:
-        """Whether ``size() == capacity``, as a host ``bool``."""
-        return self.size() >= self.capacity
-
-    def __len__(self) -> int:
-        return self.size()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Returns everything needed to restore the buffer (storage, cursor, RNG state)."""
-        raise NotImplementedError
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output into a buffer built with the same arguments."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(sample_size={self.sample_size}, capacity={self.capacity}, "
-            f"columns={len(self.specs)}, size={self.size()})"
-        )

@@ -14,7 +14,7 @@ import optree
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ostinato.datasets.torch_dataset import _network_client
+from ostinato.datasets.torch_dataset import network_client
 from ostinato.observers._elements import ElementPlan, elements
 from ostinato.replay_sample import SampleInfo
 
@@ -46,7 +46,7 @@ class TorchElements(IterableDataset):
     def __iter__(self) -> Iterator[tuple[Any, SampleInfo]]:
         plan = self.plan
         if get_worker_info() is not None:
-            plan = dataclasses.replace(plan, client=_network_client(plan.client))
+            plan = dataclasses.replace(plan, client=network_client(plan.client))
         for data, info in elements(plan):
             yield (optree.tree_map(self._tensor, data, none_is_leaf=False),
                    SampleInfo(*map(self._tensor, info)))

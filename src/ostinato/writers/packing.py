@@ -16,7 +16,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.columns import TrajectoryColumn
 
-_SQ_CACHE = items_lib._SQUEEZE_CACHE
+_SQ_CACHE = items_lib.SQUEEZE_CACHE
 
 
 def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, int]]:

@@ -23,7 +23,6 @@ _log = logging.getLogger(__name__)
 _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, np.float32, np.float64, np.float16, np.int8,
                          np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
                          np.bool_})
-_SQ_CACHE = items_lib._SQUEEZE_CACHE
 
 
 def _is_column(x: Any) -> bool:

@@ -1,268 +1,25 @@
-"""Replay shards on a Ray cluster (``pip install 'ostinato[ray]'``).
-
-:func:`start_shards` starts ``num_shards`` replay servers as Ray actors, one per bundle of a
-placement group (spread over the nodes by default), each with the same tables and, optionally,
-its own checkpoint directory. The returned :class:`ShardGroup` gives the servers' addresses for
-a sharded :class:`ostinato.Client` and builds one with :meth:`ShardGroup.client`.
-
-Example::
-
-    import numpy as np
-    import ray
-    import ostinato as reverb
-    from ostinato.ray import start_shards
-
-    def make_tables():  # runs in each shard actor (Ray ships the function, not Table objects)
-        return [reverb.Table("replay", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                             max_size=1_000_000, rate_limiter=reverb.rate_limiters.MinSize(100))]
-
-    ray.init()
-    shards = start_shards(make_tables, num_shards=4, checkpoint_dir="/shared/replay",
-                          checkpoint_every_seconds=300)
-    client = shards.client()               # == reverb.Client(shards.addresses)
-    ...                                    # pass `shards` to Ray tasks/actors: it pickles
-    shards.shutdown(checkpoint=True)
-
-Failures: each shard actor is restarted by Ray (``max_restarts``, unlimited by default) in the
-same placement-group bundle, hence on the same node, and binds the same port, so its address
-does not change; its server restores the newest checkpoint under the shard's directory before it
-serves. Clients need nothing: gRPC reconnects, writers resend the items the dead server had not
-confirmed (for ``unavailable_timeout`` seconds, 30 by default), and calls made meanwhile retry
-until then. Items the old server had confirmed after its last checkpoint are lost; everything
-confirmed before that checkpoint started is back. If the node itself is lost, Ray moves the
-bundle to another node: the shard then comes back at a new address (and restores only if its
-checkpoint directory is on storage that node can read); :meth:`ShardGroup.refresh_addresses`
-learns the new address, and clients built after that use it.
-
-``import ostinato.ray`` does not import Ray; the functions here do, when called.
-"""
+"""A group of replay shards on Ray: :func:`start_shards` and the :class:`ShardGroup` handle."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import random
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ostinato.ray.actor import (
+    STRATEGIES,
+    ShardInfo,
+    actor_class,
+    free_port,
+    table_spec,
+)
+
 _log = logging.getLogger(__name__)
 
-_WILDCARD_HOSTS = (None, "", "0.0.0.0", "::", "[::]")
-_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
-
-@dataclasses.dataclass(frozen=True)
-class ShardInfo:
-    """What a shard actor reports about itself (:meth:`ShardGroup.info`).
-
-    Attributes:
-      index: the shard's position in :attr:`ShardGroup.addresses`.
-      address: ``host:port`` clients use.
-      pid: the actor's process id (it changes when Ray restarts the actor).
-      node_id: the Ray node the actor runs on.
-      started_at: ``time.time()`` when this incarnation's server started serving.
-      restored_from: the checkpoint directory this incarnation restored, or None.
-      port_changed: True if the shard could not get its port back after a restart (a moved
-        or busy node) and took another one; its address then changed.
-    """
-
-    index: int
-    address: str
-    pid: int
-    node_id: str
-    started_at: float
-    restored_from: str | None
-    port_changed: bool
-
-
-# -- what the actors are given ---------------------------------------------------------------------
-def _table_spec(tables: Any) -> tuple[tuple[str, Any], dict[str, Any]]:
-    """Validates ``tables`` and turns it into something cheap to ship to the actors.
-
-    Returns ``(spec, settings)``: ``spec`` is ``("factory", callable)`` or ``("config", dict)``;
-    ``settings`` holds the checkpoint fields of a config (``{}`` for a factory).
-    """
-    from ostinato import cli
-
-    if isinstance(tables, (str, os.PathLike)):
-        config = cli.load_config(os.fspath(tables))  # read here: nodes need not see the file
-        return _table_spec(config)
-    if isinstance(tables, Mapping):
-        config = dict(tables)
-        cli.tables_from_config(config)  # fails here, with the field named, not in an actor
-        settings = cli.server_settings(config)
-        if settings["port"] is not None:
-            raise ValueError(f"tables: the config sets port ({settings['port']}), which several "
-                             "shards cannot share; remove it and pass ports=[...] (one per shard) "
-                             "or let each shard pick one")
-        return ("config", config), settings
-    if callable(tables):
-        _build_tables(("factory", tables))  # a factory that fails, fails here first
-        return ("factory", tables), {}
-    if isinstance(tables, Sequence):
-        raise TypeError("tables: pass a function returning the tables (e.g. `lambda: [Table(...)]`)"
-                        " or an ostinato-server config (a dict or a file path), not Table objects: "
-                        "each shard builds its own tables in its own process")
-    raise TypeError(f"tables ({tables!r}) must be a function returning a list of ostinato.Table, "
-                    "an ostinato-server config dict, or the path of a config file")
-
-
-def _build_tables(spec: tuple[str, Any]) -> list[Any]:
-    from ostinato import cli
-    from ostinato.core.table import Table
-
-    kind, value = spec
-    if kind == "config":
-        return cli.tables_from_config(value)
-    made = value()
-    if not isinstance(made, (list, tuple)) or not made \
-            or not all(isinstance(t, Table) for t in made):
-        raise TypeError(f"tables: the factory {value!r} must return a non-empty list of "
-                        f"ostinato.Table, got {made!r}")
-    return list(made)
-
-
-def _format_address(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
-
-
-def _free_port(avoid: Sequence[int]) -> tuple[str, int]:
-    """(node id, a port nothing listens on) on the node this runs on (a Ray task)."""
-    import ray
-
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return ray.get_runtime_context().get_node_id(), port
-    raise RuntimeError("no free port found")  # pragma: no cover
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    """True if something listens on ``port`` of ``host`` (connections of a dead server left
-    in TIME_WAIT do not count, as for the server itself)."""
-    try:
-        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return False
-    for family, kind, proto, _, addr in infos:
-        with socket.socket(family, kind, proto) as s:
-            if os.name != "nt":
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError:
-                return True
-    return False
-
-
-# -- the actor ---------------------------------------------------------------------------------------
-class _ShardServer:
-    """One replay server in a Ray actor. Ray re-runs ``__init__`` with the same arguments when
-    it restarts the actor, so the port and checkpoint directory are the same each time."""
-
-    def __init__(self, index: int, num_shards: int, spec: tuple[str, Any], port: int,
-                 host: str | None, checkpoint: dict[str, Any] | None, token: str | None,
-                 server_options: dict[str, Any], bind_timeout: float) -> None:
-        import ray
-
-        from ostinato import checkpointers
-        from ostinato.server import Server
-
-        self._index = index
-        self._num_shards = num_shards
-        self._token = token
-        self._node_id = ray.get_runtime_context().get_node_id()
-        node_ip = ray.util.get_node_ip_address()
-        bind_host = node_ip if host is None else host
-        advertised = node_ip if host in _WILDCARD_HOSTS else host
-        self._restored: str | None = None
-        ckpt_dir = checkpoint["path"] if checkpoint else None
-
-        def make_server(want_port: int) -> Server:
-            checkpointer = None
-            if checkpoint:
-                os.makedirs(ckpt_dir, exist_ok=True)
-                names = checkpointers.store_list(ckpt_dir)
-                self._restored = os.path.join(os.path.abspath(ckpt_dir), names[-1]) \
-                    if names else None
-                checkpointer = checkpointers.DefaultCheckpointer(
-                    ckpt_dir, keep=checkpoint["keep"], every_seconds=checkpoint["every_seconds"])
-            # Tables are built anew for each try: a try that failed may have restored into them.
-            return Server(_build_tables(spec), port=want_port, checkpointer=checkpointer,
-                          host=bind_host, token=token, **server_options)
-
-        self._port_changed = False
-        deadline = time.monotonic() + bind_timeout
-        while True:
-            try:
-                server = make_server(port)
-                break
-            except checkpointers.CheckpointError:
-                raise
-            except ValueError:
-                if not _port_in_use(bind_host, port):
-                    raise  # a bad table or server option, not a busy port
-                # The port is taken: by a process that got it while the shard was down, or on a
-                # node the shard moved to. It may come free; if not, take another.
-                if time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    continue
-                _log.warning("shard %d: port %d on %s stayed busy for %.0f s; taking another "
-                             "(the shard's address changes: ShardGroup.refresh_addresses())",
-                             index, port, bind_host, bind_timeout)
-                server = make_server(0)
-                self._port_changed = True
-                break
-        self._server = server
-        self._address = _format_address(advertised, server.port)
-        self._started = time.time()
-        _log.info("replay shard %d/%d serving at %s%s", index, num_shards, self._address,
-                  f" (restored {self._restored})" if self._restored else "")
-
-    def address(self) -> str:
-        return self._address
-
-    def info(self) -> ShardInfo:
-        return ShardInfo(self._index, self._address, os.getpid(), self._node_id, self._started,
-                         self._restored, self._port_changed)
-
-    def group(self) -> dict[str, Any]:
-        return {"num_shards": self._num_shards, "token": self._token}
-
-    def checkpoint(self) -> str:
-        return self._server.checkpoint()
-
-    def stop(self, checkpoint: bool) -> str | None:
-        path = None
-        try:
-            if checkpoint and not self._server.stopped:
-                path = self._server.checkpoint()
-        finally:
-            self._server.stop()
-        return path
-
-
-_ACTOR_CLASS: Any = None
-
-
-def _actor_class() -> Any:
-    global _ACTOR_CLASS
-    if _ACTOR_CLASS is None:
-        import ray
-
-        _ACTOR_CLASS = ray.remote(_ShardServer)
-    return _ACTOR_CLASS
-
-
-# -- the handle ----------------------------------------------------------------------------------------
 class ShardGroup:
     """Replay shards running as Ray actors (made by :func:`start_shards` or :meth:`lookup`).
 
@@ -539,8 +296,8 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
 
     if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards ({num_shards!r}) must be a positive integer")
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"strategy ({strategy!r}) must be one of {', '.join(_STRATEGIES)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy ({strategy!r}) must be one of {', '.join(STRATEGIES)}")
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:
         raise ValueError(f"num_cpus ({num_cpus!r}) must be a number >= 0")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
@@ -551,7 +308,7 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         raise ValueError(f"name ({name!r}) must be a non-empty string")
     if not bind_timeout >= 0:
         raise ValueError(f"bind_timeout ({bind_timeout!r}) must be >= 0")
-    spec, settings = _table_spec(tables)
+    spec, settings = table_spec(tables)
     checkpoint_dir = checkpoint_dir if checkpoint_dir is not None \
         else settings.get("checkpoint_dir")
     every = checkpoint_every_seconds if checkpoint_every_seconds is not None \
@@ -601,7 +358,7 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
 
         if port_list is None:
             port_list = _probe_ports(num_shards, in_bundle, timeout)
-        cls = _actor_class()
+        cls = actor_class()
         for i in range(num_shards):
             ckpt = None
             if checkpoint_dir is not None:
@@ -661,7 +418,7 @@ def _probe_ports(n: int, in_bundle: Callable[[int], Any], timeout: float | None)
     """A free port on each bundle's node, different for bundles on the same node."""
     import ray
 
-    probe = ray.remote(num_cpus=0)(_free_port)
+    probe = ray.remote(num_cpus=0)(free_port)
     ports: list[int | None] = [None] * n
     taken: dict[str, set[int]] = {}
     todo = list(range(n))

@@ -1,22 +1,22 @@
-"""A framework-free, prefetching sampler: the engine under every dataset adapter.
+"""A framework-free, prefetching stream of sampled items: the engine under every dataset adapter.
 
 Worker threads ask the table for ``max_in_flight_samples_per_worker`` items at a time (one
 request returns many items), decode them into stacked numpy columns, and put them on a
 bounded queue; the consumer takes them and cuts them into batches. See
-:class:`~ostinato.datasets.options.SamplerOptions` for what each option means.
+:class:`~ostinato.datasets.options.StreamOptions` for what each option means.
 
 Guarantees:
 
 * **Bounded.** Before requesting, a worker reserves room for what it asks for; fetched plus
   requested items never exceed ``max_in_flight_samples_per_worker * num_workers`` beyond what
-  the consumer holds, and never exceed what is left of ``max_samples``. A sampler limited to
+  the consumer holds, and never exceed what is left of ``max_samples``. A stream limited to
   ``max_samples`` never takes more items than that from the table.
 * **Ordered** for tables whose sampler is deterministic (Fifo, Lifo, heaps) or that delete
   items after ``max_times_sampled`` samples: one worker, and items come out in table order.
 * **Clean timeouts.** When a request waits ``rate_limiter_timeout_ms`` for the rate limiter
   while the consumer is waiting for data, the stream ends: what was already sampled is
   delivered first (a last batch may be smaller than ``batch_size``), then iteration stops and
-  :attr:`Sampler.timed_out` is True. A request that times out while the consumer is busy is
+  :attr:`SampleStream.timed_out` is True. A request that times out while the consumer is busy is
   retried once the consumer waits (as in Reverb), so a consumer waits between one and two
   timeouts before the stream ends.
 * **Errors** (server gone, data that does not fit the requested specs) are raised to the
@@ -41,14 +41,14 @@ from ostinato.core.assemble import ALIGNMENT, empty_aligned, gather, item_column
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.specs import is_spec_like
-from ostinato.datasets.options import SamplerOptions
+from ostinato.datasets.options import StreamOptions
 from ostinato.replay_sample import ReplaySample, SampleInfo
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
 _LOCAL_SLICE_S = 0.2
 _REMOTE_SLICE_S = 1.0
 _TIMED_OUT = object()
-#: What :meth:`Sampler.next_piece` returns when its ``timeout`` passed with nothing to give.
+#: What :meth:`SampleStream.next_piece` returns when its ``timeout`` passed with nothing to give.
 NOT_READY: Any = object()
 
 
@@ -61,7 +61,7 @@ class Piece:
       columns: one stacked array per column (rows first), or None if the rows have
         different shapes, in which case ``row_data`` holds each row's list of columns.
       num_samples: items this piece took from the table (rows are timesteps when the
-        sampler emits timesteps).
+        stream emits timesteps).
     """
 
     info: SampleInfo
@@ -93,36 +93,36 @@ def _writable(a: np.ndarray) -> np.ndarray:
     return out
 
 
-class Sampler:
+class SampleStream:
     """Streams items from one table with background workers and a bounded queue.
 
     Args:
       client: an :class:`~ostinato.Client` or a ``host:port`` address.
       table: table name.
-      options: a :class:`SamplerOptions`; or pass its fields as keyword arguments.
+      options: a :class:`StreamOptions`; or pass its fields as keyword arguments.
       emit_timesteps: emit one row per timestep of each item (Reverb's ``TimestepDataset``)
         instead of one row per item (``TrajectoryDataset``). All columns of an item must
         have the same length.
       validate: optional ``callable(piece)`` run on each decoded piece in the worker (the
         dataset adapters check dtypes and shapes with it); what it raises ends the stream.
-      **kwargs: fields of :class:`SamplerOptions`.
+      **kwargs: fields of :class:`StreamOptions`.
 
     Raises:
       ValueError: an option is invalid (the message quotes it).
       TableNotFoundError: the server has no table ``table``.
 
     Example:
-      >>> with Sampler(client, "replay", max_in_flight_samples_per_worker=256) as s:
+      >>> with SampleStream(client, "replay", max_in_flight_samples_per_worker=256) as s:
       ...     for batch in s.batches(256):
       ...         learn(batch.data, batch.info.key)
     """
 
-    def __init__(self, client: Client | str, table: str, options: SamplerOptions | None = None,
+    def __init__(self, client: Client | str, table: str, options: StreamOptions | None = None,
                  *, emit_timesteps: bool = False,
                  validate: Callable[[Piece], None] | None = None, **kwargs: Any):
         if options is not None and kwargs:
             raise ValueError(f"pass either options or keyword options, not both ({sorted(kwargs)})")
-        self.options = options if options is not None else SamplerOptions(**kwargs)
+        self.options = options if options is not None else StreamOptions(**kwargs)
         if not isinstance(table, str) or not table:
             raise ValueError(f"table ({table!r}) must be a non-empty string")
         self.client = as_client(client)
@@ -183,7 +183,7 @@ class Sampler:
             if th is not threading.current_thread():
                 th.join(end.remaining())
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> SampleStream:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -23,8 +23,8 @@ import ostinato.datasets as datasets
 from ostinato import errors
 from ostinato.core.assemble import gather, stack_batch
 from ostinato.core.deadline import Deadline
-from ostinato.datasets.options import SamplerOptions
-from ostinato.datasets.sampler import Sampler
+from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.stream import SampleStream
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ from ostinato.datasets.sampler import Sampler
 ])
 def test_options_reject_bad_values_and_quote_them(kwargs, quoted):
     with pytest.raises(ValueError, match=quoted.replace("(", r"\(").replace(")", r"\)")):
-        SamplerOptions(**kwargs)
+        StreamOptions(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -50,14 +50,14 @@ def test_options_reject_bad_values_and_quote_them(kwargs, quoted):
     {"max_in_flight_samples_per_worker": 1}, {"rate_limiter_timeout_ms": 0},
 ])
 def test_options_accept_reverb_values(kwargs):
-    SamplerOptions(**kwargs)
+    StreamOptions(**kwargs)
 
 
 def test_worker_count_follows_reverb_rule():
-    o = SamplerOptions(max_in_flight_samples_per_worker=5, num_workers_per_iterator=3,
+    o = StreamOptions(max_in_flight_samples_per_worker=5, num_workers_per_iterator=3,
                        max_samples=4)
     assert o.num_workers(ordered=False, remote=False) == 1
-    o = SamplerOptions(max_in_flight_samples_per_worker=1, num_workers_per_iterator=3,
+    o = StreamOptions(max_in_flight_samples_per_worker=1, num_workers_per_iterator=3,
                        max_samples=4)
     assert o.num_workers(ordered=False, remote=True) == 3
     assert o.num_workers(ordered=True, remote=True) == 1
@@ -203,7 +203,7 @@ def test_queue_order_is_kept_with_many_workers_requested(serve):
 def test_deterministic_sampler_gets_one_worker(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "fifo_keep", range(3))
-    with Sampler(client, "fifo_keep", num_workers_per_iterator=4) as s:
+    with SampleStream(client, "fifo_keep", num_workers_per_iterator=4) as s:
         assert s.ordered and s.num_workers == 1
 
 
@@ -292,7 +292,7 @@ def test_stream_waits_for_late_inserts(serve):
 
 def test_close_stops_a_sampler_blocked_on_an_empty_table(serve):
     client = serve(TABLES_CODE)
-    s = Sampler(client, "empty")
+    s = SampleStream(client, "empty")
     time.sleep(0.2)
     t0 = time.monotonic()
     s.close()
