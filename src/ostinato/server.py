@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +31,6 @@ class ServerTLS:
     def problem(self) -> str | None:
         """Why this key and certificate chain cannot serve TLS (checked with the ``ssl``
         module, since gRPC reports a bad pair only as a failed bind), or None."""
-        import os
         import ssl
         import tempfile
 
@@ -49,31 +47,6 @@ class ServerTLS:
                 return (f"the private key and certificate chain cannot be used together (does "
                         f"the key match the certificate, is it PEM and unencrypted?): {e}")
         return None
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    """True if nothing listens on ``port`` for the addresses ``host`` resolves to."""
-    try:
-        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return True  # let gRPC report the bad host
-    for family, kind, proto, _, addr in infos:
-        with socket.socket(family, kind, proto) as s:
-            if os.name != "nt":
-                # Connections of a server that just died linger in TIME_WAIT on its port;
-                # they must not count as "in use" (gRPC itself binds with SO_REUSEADDR, and
-                # a restarted server has to get its old port back). A listening socket still
-                # makes this bind fail on Linux and the BSDs. (Windows' SO_REUSEADDR would
-                # let the bind succeed even then, so it is not set there.)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError as e:
-                if e.errno in (97, 99):  # address family not available here
-                    continue
-                return False
-    return True
 
 
 class Server:
@@ -128,7 +101,7 @@ class Server:
         self._tables = {t.name: t for t in tables}
         self._checkpointer = checkpointer
         self._stopped = threading.Event()
-        if port and (registry.port_in_use(port) or not _port_is_free(host, port)):
+        if port and (registry.port_in_use(port) or not registry.port_is_free(host, port)):
             raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t.attach(self, self._store)

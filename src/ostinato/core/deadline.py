@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections.abc import Callable
 
 
 class Deadline:
@@ -59,3 +61,24 @@ def seconds_from_ms(timeout_ms: int | float | None) -> float | None:
     if timeout_ms is None or timeout_ms < 0:
         return None
     return timeout_ms / 1000.0
+
+
+def wait_for(cv: threading.Condition, done: Callable[[], bool], deadline: Deadline,
+             expired: Callable[[], BaseException], check: Callable[[], None] | None = None,
+             slice_s: float = 0.2) -> None:
+    """Waits, with ``cv`` held, until ``done()``.
+
+    ``check()`` runs before each wait and once more at the end; it raises to stop the wait
+    (an error another thread reported). When the deadline passes first, ``expired()`` is
+    raised. The condition is waited on in slices of ``slice_s`` seconds, so a state change
+    that was not notified is still seen.
+    """
+    while not done():
+        if check is not None:
+            check()
+        r = deadline.remaining()
+        if r is not None and r <= 0:
+            raise expired()
+        cv.wait(slice_s if r is None else min(r, slice_s))
+    if check is not None:
+        check()

@@ -110,20 +110,9 @@ def free_port(avoid: Sequence[int]) -> tuple[str, int]:
 def port_in_use(host: str, port: int) -> bool:
     """True if something listens on ``port`` of ``host`` (connections of a dead server left
     in TIME_WAIT do not count, as for the server itself)."""
-    try:
-        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return False
-    for family, kind, proto, _, addr in infos:
-        with socket.socket(family, kind, proto) as s:
-            if os.name != "nt":
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError:
-                return True
-    return False
+    from ostinato.transport.registry import port_is_free
+
+    return not port_is_free(host, port)
 
 
 # -- the actor ---------------------------------------------------------------------------------------

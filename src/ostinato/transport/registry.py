@@ -8,6 +8,7 @@ gRPC. The address parsing and the "is this host / is this loopback" checks live 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import threading
 from typing import Any
@@ -77,6 +78,31 @@ def is_loopback(address: str) -> bool:
 
 def _is_this_host(host: str) -> bool:
     return host.lower() in _THIS_HOST or host == socket.gethostname()
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True if nothing listens on ``port`` for the addresses ``host`` resolves to."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return True  # let gRPC report the bad host
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            if os.name != "nt":
+                # Connections of a server that just died linger in TIME_WAIT on its port;
+                # they must not count as "in use" (gRPC itself binds with SO_REUSEADDR, and
+                # a restarted server has to get its old port back). A listening socket still
+                # makes this bind fail on Linux and the BSDs. (Windows' SO_REUSEADDR would
+                # let the bind succeed even then, so it is not set there.)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as e:
+                if e.errno in (97, 99):  # address family not available here
+                    continue
+                return False
+    return True
 
 
 # -- servers in this process -----------------------------------------------------------------------

@@ -27,7 +27,7 @@ import grpc
 
 from ostinato import errors
 from ostinato.core.chunks import Chunk
-from ostinato.core.deadline import Deadline
+from ostinato.core.deadline import Deadline, wait_for
 from ostinato.core.items import chunk_refs
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
@@ -294,15 +294,11 @@ class GrpcWriterStream:
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         out = self._out
         with self._cv:
-            while out.pending() + len(items) > self._max and out.pending() > 0:
-                self._raise_error()
-                r = deadline.remaining()
-                if r is not None and r <= 0:
-                    raise errors.RateLimiterTimeout(
-                        f"{out.pending()} items are waiting for the server at {self._t.address} "
-                        "to accept them (its rate limiter or the network is slower than the writer).")
-                self._cv.wait(0.2 if r is None else min(r, 0.2))
-            self._raise_error()
+            wait_for(self._cv, lambda: out.pending() + len(items) <= self._max or not out.pending(),
+                     deadline, lambda: errors.RateLimiterTimeout(
+                         f"{out.pending()} items are waiting for the server at {self._t.address} "
+                         "to accept them (its rate limiter or the network is slower than the "
+                         "writer)."), self._raise_error)
             was_empty = not out.queue
             out.queue.extend((table, it) for it in items)
             if self._thread is None:
@@ -315,16 +311,12 @@ class GrpcWriterStream:
                 self._cv.notify_all()
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
+        out = self._out
         with self._cv:
-            while self._out.pending() > n:
-                self._raise_error()
-                r = deadline.remaining()
-                if r is not None and r <= 0:
-                    raise errors.DeadlineExceededError(
-                        f"{what}: {self._out.pending()} items not yet confirmed by the server at "
-                        f"{self._t.address}.")
-                self._cv.wait(0.2 if r is None else min(r, 0.2))
-            self._raise_error()
+            wait_for(self._cv, lambda: out.pending() <= n, deadline,
+                     lambda: errors.DeadlineExceededError(
+                         f"{what}: {out.pending()} items not yet confirmed by the server at "
+                         f"{self._t.address}."), self._raise_error)
 
     def close(self) -> int:
         with self._cv:

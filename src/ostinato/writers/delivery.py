@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ostinato import errors
-from ostinato.core.deadline import Deadline
+from ostinato.core.deadline import Deadline, wait_for
 
 #: Items a writer may hold that its tables have not accepted yet, before ``create_item`` blocks
 #: (in-process; over the network the client's ``max_in_flight_items`` is the default).
@@ -101,14 +101,11 @@ class Delivery:
                 return
             items = items[done:]
         with self._cv:
-            while len(self._queue) >= self._max and self._error is None:
-                r = deadline.remaining()
-                if r is not None and r <= 0:
-                    raise errors.DeadlineExceededError(
-                        f"{len(self._queue)} items are waiting for their tables' rate limiters "
-                        f"(max_pending_items={self._max}).")
-                self._cv.wait(0.5 if r is None else min(r, 0.5))
-            self._raise_error()
+            q = self._queue
+            wait_for(self._cv, lambda: len(q) < self._max or self._error is not None, deadline,
+                     lambda: errors.DeadlineExceededError(
+                         f"{len(q)} items are waiting for their tables' rate limiters "
+                         f"(max_pending_items={self._max})."), self._raise_error, 0.5)
             self._queue.extend((table, it) for it in items)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ostinato-writer",
@@ -118,14 +115,11 @@ class Delivery:
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
         with self._cv:
-            while len(self._queue) > n:
-                self._raise_error()
-                r = deadline.remaining()
-                if r is not None and r <= 0:
-                    raise errors.DeadlineExceededError(
-                        f"{what}: {len(self._queue)} items are not yet in their tables.")
-                self._cv.wait(0.05 if r is None else min(r, 0.05))
-            self._raise_error()
+            q = self._queue
+            wait_for(self._cv, lambda: len(q) <= n, deadline,
+                     lambda: errors.DeadlineExceededError(
+                         f"{what}: {len(q)} items are not yet in their tables."),
+                     self._raise_error, 0.05)
 
     def close(self) -> int:
         with self._cv:
