@@ -199,8 +199,28 @@ def run_push(name, make):
     return results
 
 
+def run_types():
+    """Ours gives TF-Agents' own Trajectory class where tf-agents is installed."""
+    from tf_agents.trajectories import trajectory as tfa_trajectory
+
+    cls = tfa_trajectory.Trajectory
+    make = VALID["multiple"]
+    results = [{"case": "types/spec",
+                "ok": isinstance(ours.create_trajectory_data_spec(make()), cls)},
+               {"case": "types/signature",
+                "ok": isinstance(ours.create_trajectory_data_signature(make()), cls)},
+               {"case": "types/convert", "ok": all(
+                   isinstance(t, cls) for t in ours.convert_rlds_to_trajectories(make()))}]
+    for name, fn in (("push_columns", None), ("push_elements", policy_fn)):
+        seen = []
+        ours.push_rlds_to_reverb(make(), seen.append, fn, progress=False)
+        results.append({"case": f"types/{name}",
+                        "ok": len(seen) == 7 and all(isinstance(t, cls) for t in seen)})
+    return results
+
+
 def main():
-    results = []
+    results = run_types()
     for name in ("complete", "truncated", "single_step", "multiple", "many"):
         results += run_push(name, VALID[name])
     for name, make in VALID.items():

@@ -7,7 +7,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from ostinato.rlds.trajectory import STEP_FEATURES, StepType, Trajectory
+from ostinato.rlds.steps import (
+    LAST_NOT_BEFORE_FIRST,
+    MID_BEFORE_FIRST,
+    NO_START,
+    TERMINAL_NOT_LAST,
+)
+from ostinato.rlds.trajectory import STEP_FEATURES, StepType, Trajectory, trajectory_class
 
 PolicyInfoFn = Callable[[dict, dict], Any]
 
@@ -72,7 +78,7 @@ def create_trajectory_data_spec(rlds_data: Any) -> Trajectory:
     """
     spec = _step_spec(rlds_data)
     step_type = tf.TensorSpec((), tf.int32, name="step_type")
-    return Trajectory(
+    return trajectory_class()(
         step_type=step_type,
         observation=spec["observation"],
         action=spec["action"],
@@ -181,18 +187,13 @@ def _rules(cur: Mapping, nxt: Mapping, i: Any, j: Any) -> list:
     mid = tf.logical_not(first) & tf.logical_not(last)
     here, there = _where(i[0], j[0]), _where(i[1], j[1])
     rules = [
-        (tf.logical_not(terminal) | last,
-         "Terminal step must be the last step of an episode.", here),
-        (tf.logical_not(mid) | tf.logical_not(next_first),
-         "Mid step should not be followed by a first step. The episode does not end with "
-         "is_last:", here),
+        (tf.logical_not(terminal) | last, TERMINAL_NOT_LAST, here),
+        (tf.logical_not(mid) | tf.logical_not(next_first), MID_BEFORE_FIRST, here),
         # A next step that starts an episode of an episodes dataset is left to the
         # episode-start check on the next pair, so that this episode is complete.
-        (tf.logical_not(last) | next_first | tf.equal(j[1], 0),
-         "Last step of an episode must be followed by a first step. This step does not start "
-         "an episode with is_first:", there),
+        (tf.logical_not(last) | next_first | tf.equal(j[1], 0), LAST_NOT_BEFORE_FIRST, there),
         # Beyond TF-Agents: an episode (and the data) must start with is_first.
-        (tf.not_equal(j[0], 0) | first, "The episode does not start with is_first:", here),
+        (tf.not_equal(j[0], 0) | first, NO_START, here),
     ]
     return [(ok, tf.strings.join([message, where], separator=" "))
             for ok, message, where in rules]
@@ -209,6 +210,7 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *
     steps = _indexed_steps(rlds_data)
     steps = steps.concatenate(tf.data.Dataset.from_tensors(_padding_step(spec)))
     pairs = _pairs(steps)
+    cls = trajectory_class()
 
     def to_trajectory(current: Any, following: Any) -> Any:
         i, j = (current[0], following[0]), (current[1], following[1])
@@ -232,7 +234,7 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *
         complete = tf.cast(cur["is_last"], tf.bool) & tf.cast(cur["is_terminal"], tf.bool)
         discount = cur["discount"]
         discount = tf.where(complete, tf.zeros_like(discount), discount)
-        return i[0], j[0], error, Trajectory(
+        return i[0], j[0], error, cls(
             step_type=step_type,
             observation=cur["observation"],
             action=cur["action"],

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -17,9 +15,10 @@ from ostinato.rlds.convert import (
     add_outer_dim,
     create_trajectory_data_spec,
 )
-from ostinato.rlds.trajectory import StepType
-
-_log = logging.getLogger("ostinato.rlds")
+from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink
+from ostinato.rlds.steps import Converter, TrajectoryChunk
+from ostinato.rlds.tf_reader import can_read_columns, step_chunks
+from ostinato.rlds.trajectory import trajectory_class
 
 _MISMATCH = "Replay buffer table signature spec should match RLDS data spec."
 
@@ -84,43 +83,6 @@ def check_table_signature(table_signature: Any, rlds_data: Any,
         raise err
 
 
-class _Progress:
-    """A rich progress line (steps, episodes, steps/s) when shown; a log line otherwise."""
-
-    def __init__(self, show: bool | None):
-        self.show = sys.stderr.isatty() if show is None else bool(show)
-        self.start = time.perf_counter()
-        self._bar: Any = None
-        if self.show:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                 TextColumn("{task.fields[steps]:,} steps"),
-                                 TextColumn("{task.fields[episodes]:,} episodes"),
-                                 TextColumn("{task.fields[rate]:,.0f} steps/s"),
-                                 TimeElapsedColumn(), console=Console(stderr=True),
-                                 transient=False)
-            self._bar.start()
-            self._task = self._bar.add_task("RLDS -> table", steps=0, episodes=0, rate=0.0)
-
-    def update(self, steps: int, episodes: int) -> None:
-        if self._bar is not None:
-            rate = steps / max(time.perf_counter() - self.start, 1e-9)
-            self._bar.update(self._task, steps=steps, episodes=episodes, rate=rate)
-
-    def finish(self, steps: int, episodes: int, failed: bool) -> None:
-        elapsed = time.perf_counter() - self.start
-        rate = steps / max(elapsed, 1e-9)
-        line = (f"{'Stopped after pushing' if failed else 'Pushed'} {steps:,} steps "
-                f"({episodes:,} episodes) in {elapsed:.2f} s, {rate:,.0f} steps/s")
-        if self._bar is not None:
-            self.update(steps, episodes)
-            self._bar.stop()
-            self._bar.console.print(line)
-        _log.info("%s", line)
-
-
 def _shapes(traj: Any) -> list[tuple[int, ...]]:
     return [np.shape(x) for _, x in _flat(traj)]
 
@@ -132,7 +94,7 @@ def _fully_defined(dataset: Any) -> bool:
     return all(s.shape.is_fully_defined() for s in tf.nest.flatten(dataset.element_spec))
 
 
-def _elements(dataset: Any) -> Any:
+def _elements(dataset: Any) -> Iterator[tuple[Any, Any, Any, Any]]:
     """``(episode, step, error, trajectory)`` as numpy, read from TensorFlow in batches when
     every shape is fully known (tf.data's per-element Python cost is paid once a batch)."""
     if not _fully_defined(dataset):
@@ -143,6 +105,81 @@ def _elements(dataset: Any) -> Any:
         for k in range(len(episodes)):
             yield (episodes[k], steps[k], errors[k],
                    optree.tree_unflatten(treedef, [leaf[k] for leaf in leaves]))
+
+
+def _invalid_argument(message: str) -> Exception:
+    return tf.errors.InvalidArgumentError(None, None, message)
+
+
+def _push_columns(rlds_data: Any, delivery: Delivery) -> None:
+    """The fast path: steps read in batches, converted with numpy."""
+    converter = Converter(trajectory_class())
+    for chunk in step_chunks(rlds_data):
+        converted = converter.feed(chunk)
+        if converted is not None:
+            delivery.feed(converted)
+    converted = converter.finish()
+    if converted is not None:
+        delivery.feed(converted)
+
+
+def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None
+           ) -> TrajectoryChunk:
+    trajs = [t for _, _, t in elements]
+    return TrajectoryChunk(np.array([e for e, _, _ in elements], np.int64),
+                           np.array([s for _, s, _ in elements], np.int64),
+                           optree.tree_map(lambda *xs: np.stack(xs), *trajs,
+                                           none_is_leaf=False), error)
+
+
+def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
+                   delivery: Delivery) -> None:
+    """With ``policy_info_fn`` or steps of unknown shapes: converted by tf.data, per step."""
+    dataset = _indexed_trajectories(rlds_data, policy_info_fn, lazy_errors=False)
+    check_shapes = not _fully_defined(dataset)  # else tf.data guarantees them
+    shapes: list[tuple[int, ...]] | None = None
+    elements: list[tuple[Any, Any, Any]] = []
+    for episode, step, error, traj in _elements(dataset):
+        failure, error_type = None, None
+        if error:
+            failure = error.decode()
+        elif check_shapes:
+            got = _shapes(traj)
+            if shapes is None:
+                shapes = got
+            elif got != shapes:
+                paths = [p for p, _ in _flat(traj)]
+                path, a, b = next((p, a, b) for p, a, b in zip(paths, got, shapes) if a != b)
+                failure = (f"Inconsistent shapes (episode {episode}, step {step}): {path} has "
+                           f"shape {a}, but earlier steps have {b}.")
+                error_type = ValueError
+        if failure is not None:
+            if elements:
+                delivery.feed(_stack(elements, (len(elements), failure)), error_type)
+            raise delivery.fail(failure, error_type)
+        elements.append((episode, step, traj))
+        if len(elements) >= _BATCH:
+            delivery.feed(_stack(elements, None))
+            elements = []
+    if elements:
+        delivery.feed(_stack(elements, None))
+
+
+def _push(rlds_data: Any, sink: Any, policy_info_fn: PolicyInfoFn | None,
+          progress: bool | None) -> int:
+    bar = Progress(progress, "RLDS -> table")
+    delivery = Delivery(sink, bar, _invalid_argument)
+    failed = True
+    try:
+        if policy_info_fn is None and can_read_columns(rlds_data):
+            _push_columns(rlds_data, delivery)
+        else:
+            _push_elements(rlds_data, policy_info_fn, delivery)
+        delivery.finish()
+        failed = False
+    finally:
+        bar.finish(delivery.written, delivery.episodes, failed)
+    return delivery.written
 
 
 def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
@@ -159,7 +196,10 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
     Beyond TF-Agents, trajectories reach the observer one whole episode at a time, after the
     episode was checked: a malformed episode raises, naming ``(episode E, step S)``, before
     any of its steps reach the observer, so nothing of it is written to the table (episodes
-    before it are written).
+    before it are written). Steps are read from TensorFlow in batches and converted with
+    numpy when their shapes are fully known and there is no ``policy_info_fn`` (the values
+    are the same; see :mod:`ostinato.rlds.steps`); otherwise tf.data converts them one by
+    one.
 
     Args:
       rlds_data: a ``tf.data.Dataset`` of RLDS episodes or steps.
@@ -183,79 +223,69 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
         check_table_signature(get_signature(), rlds_data, policy_info_fn)
     else:
         create_trajectory_data_spec(rlds_data)  # the eager ValueErrors
-    dataset = _indexed_trajectories(rlds_data, policy_info_fn, lazy_errors=False)
-    check_shapes = not _fully_defined(dataset)  # else tf.data guarantees them
-    bar = _Progress(progress)
-    written = episodes = 0
-    pending: list[Any] = []
-    pending_episode: Any = None
-    shapes: list[tuple[int, ...]] | None = None
-    failed = True
+    return _push(rlds_data, ObserverSink(reverb_observer), policy_info_fn, progress)
 
-    def deliver() -> None:
-        nonlocal written, episodes
-        for traj in pending:
-            reverb_observer(traj)
-        written += len(pending)
-        episodes += 1
-        pending.clear()
-        bar.update(written, episodes)
 
-    try:
-        for episode, step, error, traj in _elements(dataset):
-            if error:
-                raise tf.errors.InvalidArgumentError(
-                    None, None,
-                    f"{error.decode()} -- nothing of this episode was written; "
-                    f"{written} trajectories of {episodes} earlier episodes were.")
-            if episode != pending_episode and pending:
-                deliver()
-            pending_episode = episode
-            if check_shapes:
-                got = _shapes(traj)
-                if shapes is None:
-                    shapes = got
-                elif got != shapes:
-                    paths = [p for p, _ in _flat(traj)]
-                    path, a, b = next((p, a, b) for p, a, b in zip(paths, got, shapes)
-                                      if a != b)
-                    raise ValueError(
-                        f"Inconsistent shapes (episode {episode}, step {step}): {path} has "
-                        f"shape {a}, but earlier steps have {b}. Nothing of this episode was "
-                        f"written; {written} trajectories of {episodes} earlier episodes were.")
-            pending.append(traj)
-            if traj.step_type == StepType.LAST:  # the episode's boundary: it is complete
-                deliver()
-        if pending:
-            deliver()
-        failed = False
-    finally:
-        bar.finish(written, episodes, failed)
-    return written
+def table_signature(client: Any, table: str, timeout: float | None = None) -> Any:
+    """The signature of ``table`` on ``client``'s server (``None`` if it has none).
+
+    Raises:
+      ostinato.errors.TableNotFoundError: the server has no such table.
+    """
+    from ostinato.errors import TableNotFoundError
+
+    info = client.server_info(None if timeout is None else max(1, int(np.ceil(timeout))))
+    if table not in info:
+        raise TableNotFoundError(table, sorted(info))
+    return info[table].signature
 
 
 def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_length: int = 2,
                        stride_length: int = 1, priority: float = 1.0,
                        pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
                        policy_info_fn: PolicyInfoFn | None = None,
-                       progress: bool | None = None) -> int:
-    """:func:`push_rlds_to_reverb` through a :class:`ostinato.observers.TrajectoryObserver`.
+                       progress: bool | None = None, timeout: float | None = None) -> int:
+    """:func:`push_rlds_to_reverb` into ``table`` with TF-Agents' trajectory windows.
 
-    The observer (``sequence_length``-step windows every ``stride_length`` steps, TF-Agents'
-    ``ReverbAddTrajectoryObserver`` arguments) is made on ``client`` (embedded or networked)
-    for ``table`` (a name or a sequence of names), then flushed and closed.
+    Writes the items a :class:`ostinato.observers.TrajectoryObserver` (TF-Agents'
+    ``ReverbAddTrajectoryObserver``: ``sequence_length``-step windows every
+    ``stride_length`` steps, never across an episode boundary) on ``client`` would write, but
+    from whole columns, without the observer's per-step work; the items are delivered (the
+    writer flushed) before it returns.
+
+    Args:
+      rlds_data: a ``tf.data.Dataset`` of RLDS episodes or steps.
+      client: an :class:`ostinato.Client`, embedded or networked.
+      table: a table name, or a sequence of names (each item goes to every table; the data
+        is stored once). The tables must exist; the first one's signature is checked as
+        :func:`push_rlds_to_reverb` checks it.
+      sequence_length, stride_length, priority, pad_end_of_episodes, tile_end_of_episodes:
+        as :class:`~ostinato.observers.TrajectoryObserver`'s.
+      policy_info_fn: optional ``fn(current_step, next_step) -> nest`` for ``policy_info``.
+      progress: as :func:`push_rlds_to_reverb`'s.
+      timeout: seconds any one blocking wait may take (the server's answer about the table,
+        an item waiting for the rate limiter, the final flush); ``None``: no limit.
 
     Returns:
       The number of trajectories written (one per RLDS step).
-    """
-    from ostinato.observers import TrajectoryObserver
 
-    observer = TrajectoryObserver(client, table, sequence_length, stride_length=stride_length,
-                                  priority=priority, pad_end_of_episodes=pad_end_of_episodes,
-                                  tile_end_of_episodes=tile_end_of_episodes)
+    Raises:
+      ostinato.errors.TableNotFoundError: a table does not exist.
+      ostinato.errors.DeadlineExceededError: a wait took longer than ``timeout``.
+      ValueError, tf.errors.InvalidArgumentError: as :func:`push_rlds_to_reverb`.
+    """
+    sink = TableSink(client, table, sequence_length, stride_length, priority,
+                     pad_end_of_episodes, tile_end_of_episodes, timeout)
     try:
-        count = push_rlds_to_reverb(rlds_data, observer, policy_info_fn, progress=progress)
-        observer.flush()
-    finally:
-        observer.close()
+        names = [table] if isinstance(table, str) else list(table)
+        check_table_signature(table_signature(client, names[0], timeout), rlds_data,
+                              policy_info_fn)
+        count = _push(rlds_data, sink, policy_info_fn, progress)
+    except (ValueError, tf.errors.InvalidArgumentError):
+        sink.close(flush=True)  # the items of the episodes before a malformed one
+        raise
+    except BaseException:
+        sink.close(flush=False)
+        raise
+    sink.close()
     return count
