@@ -1,4 +1,4 @@
-"""RLDS datasets into tables as TF-Agents trajectories, without tf-agents.
+"""RLDS and Minari datasets into tables as TF-Agents trajectories, without tf-agents.
 
 TF-Agents' ``tf_agents.replay_buffers.rlds_to_reverb`` with the same names, arguments and
 semantics, for TensorFlow >= 2.18 and without tf-agents, rlds or dm-reverb installed:
@@ -16,21 +16,44 @@ semantics, for TensorFlow >= 2.18 and without tf-agents, rlds or dm-reverb insta
 ``rlds_data`` is a ``tf.data.Dataset`` of RLDS episodes (dicts with a ``"steps"`` dataset),
 as TF-Agents takes, or -- beyond TF-Agents -- a ``tf.data.Dataset`` of RLDS steps.
 
-Importing this package does not import TensorFlow; the functions import it when called.
+Minari datasets (gymnasium's offline-RL format), without TensorFlow
+(:mod:`ostinato.rlds.minari_ingest` has the mapping):
+
+* :func:`push_minari_to_table` / :func:`push_minari_to_reverb` -- the same trajectories and
+  windows from a ``minari.MinariDataset`` (or any iterable of Minari episodes);
+* :func:`create_minari_trajectory_spec` / :func:`create_minari_trajectory_signature` --
+  their specs as :class:`ostinato.TensorSpec`; :func:`load_minari` -- a local dataset by id
+  or path (never downloaded).
+
+``ostinato-ingest`` (``python -m ostinato.rlds``) does either from the command line into a
+running server's table.
+
+Trajectories are TF-Agents' own ``Trajectory`` class where tf-agents is installed (see
+:func:`trajectory_class`), else :class:`Trajectory`. Importing this package imports neither
+TensorFlow nor Minari; the functions import what they need when called (the Minari ones
+never import TensorFlow).
 """
 
-from ostinato.rlds.trajectory import STEP_FEATURES, StepType, Trajectory
+from ostinato.rlds.steps import MalformedEpisodeError
+from ostinato.rlds.trajectory import STEP_FEATURES, StepType, Trajectory, trajectory_class
 
 __all__ = [
     "STEP_FEATURES",
+    "MalformedEpisodeError",
     "StepType",
     "Trajectory",
     "convert_rlds_to_trajectories",
+    "create_minari_trajectory_signature",
+    "create_minari_trajectory_spec",
     "create_trajectory_data_signature",
     "create_trajectory_data_spec",
     "get_rlds_step_features",
+    "load_minari",
+    "push_minari_to_reverb",
+    "push_minari_to_table",
     "push_rlds_to_reverb",
     "push_rlds_to_table",
+    "trajectory_class",
 ]
 
 _LAZY = {
@@ -40,6 +63,11 @@ _LAZY = {
     "get_rlds_step_features": "ostinato.rlds.trajectory",
     "push_rlds_to_reverb": "ostinato.rlds.push",
     "push_rlds_to_table": "ostinato.rlds.push",
+    "create_minari_trajectory_signature": "ostinato.rlds.minari_ingest",
+    "create_minari_trajectory_spec": "ostinato.rlds.minari_ingest",
+    "load_minari": "ostinato.rlds.minari_ingest",
+    "push_minari_to_reverb": "ostinato.rlds.minari_ingest",
+    "push_minari_to_table": "ostinato.rlds.minari_ingest",
 }
 
 

@@ -159,6 +159,20 @@ class ObserverSink:
             observer(unflatten(treedef, row))
 
 
+def table_signature(client: Any, table: str, timeout: float | None = None) -> Any:
+    """The signature of ``table`` on ``client``'s server (``None`` if it has none).
+
+    Raises:
+      ostinato.errors.TableNotFoundError: the server has no such table.
+    """
+    from ostinato.errors import TableNotFoundError
+
+    info = client.server_info(None if timeout is None else max(1, int(np.ceil(timeout))))
+    if table not in info:
+        raise TableNotFoundError(table, sorted(info))
+    return info[table].signature
+
+
 def _timeout_ms(timeout: float | None) -> int | None:
     return None if timeout is None else max(0, int(timeout * 1000))
 

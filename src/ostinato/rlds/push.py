@@ -15,29 +15,14 @@ from ostinato.rlds.convert import (
     add_outer_dim,
     create_trajectory_data_spec,
 )
-from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink
+from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink, table_signature
+from ostinato.rlds.specs import flat_paths as _flat
+from ostinato.rlds.specs import leaf_spec as _leaf
 from ostinato.rlds.steps import Converter, TrajectoryChunk
 from ostinato.rlds.tf_reader import can_read_columns, step_chunks
 from ostinato.rlds.trajectory import trajectory_class
 
 _MISMATCH = "Replay buffer table signature spec should match RLDS data spec."
-
-
-def _flat(tree: Any) -> list[tuple[str, Any]]:
-    """``(path, leaf)`` pairs, the path written ``observation/a`` (field names for tuples)."""
-    fields = getattr(tree, "_fields", None)
-    if fields is not None:
-        return [(f"{name}/{p}" if p else name, leaf)
-                for name, value in zip(fields, tree) for p, leaf in _flat(value)]
-    paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False)
-    return [("/".join(map(str, p)), leaf) for p, leaf in zip(paths, leaves)]
-
-
-def _leaf(s: Any) -> tuple:
-    from ostinato.core.specs import TensorSpec
-
-    s = TensorSpec.from_spec(s)
-    return s.shape, s.dtype, s.name
 
 
 def _mismatch(table: Any, expected: Any, *, names: bool = True) -> str | None:
@@ -224,20 +209,6 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
     else:
         create_trajectory_data_spec(rlds_data)  # the eager ValueErrors
     return _push(rlds_data, ObserverSink(reverb_observer), policy_info_fn, progress)
-
-
-def table_signature(client: Any, table: str, timeout: float | None = None) -> Any:
-    """The signature of ``table`` on ``client``'s server (``None`` if it has none).
-
-    Raises:
-      ostinato.errors.TableNotFoundError: the server has no such table.
-    """
-    from ostinato.errors import TableNotFoundError
-
-    info = client.server_info(None if timeout is None else max(1, int(np.ceil(timeout))))
-    if table not in info:
-        raise TableNotFoundError(table, sorted(info))
-    return info[table].signature
 
 
 def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_length: int = 2,

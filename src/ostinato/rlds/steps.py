@@ -31,6 +31,11 @@ LAST_NOT_BEFORE_FIRST = ("Last step of an episode must be followed by a first st
 NO_START = "The episode does not start with is_first:"
 
 
+class MalformedEpisodeError(ValueError):
+    """An episode of offline data that cannot become trajectories (the message names the
+    episode and, where there is one, the step)."""
+
+
 def where(episode: Any, step: Any) -> str:
     """``(episode E, step S)``, as every error names a step."""
     return f"(episode {episode}, step {step})"
@@ -134,15 +139,17 @@ def _first_error(cur: StepChunk, nxt: StepChunk) -> tuple[int, str] | None:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def convert_pairs(cur: StepChunk, nxt: StepChunk, trajectory_cls: type = Trajectory
-                  ) -> TrajectoryChunk:
+def convert_pairs(cur: StepChunk, nxt: StepChunk, trajectory_cls: type = Trajectory, *,
+                  stack_dict_features: bool = True) -> TrajectoryChunk:
     """One trajectory per ``(cur[k], nxt[k])`` pair, with TF-Agents' rules (see
-    :func:`ostinato.rlds.convert_rlds_to_trajectories`)."""
+    :func:`ostinato.rlds.convert_rlds_to_trajectories`).
+
+    ``stack_dict_features`` keeps TF-Agents' quirk for RLDS data: a feature that is a dict is
+    not split; both steps of the pair get the pair of values, stacked.
+    """
     c, n = dict(cur.columns), dict(nxt.columns)
     for key in FEATURES:
-        # TF-Agents' quirk, kept: a feature that is a dict is not split; both steps of the
-        # pair get the pair of values, stacked.
-        if isinstance(c[key], dict):
+        if stack_dict_features and isinstance(c[key], dict):
             c[key] = n[key] = _tree_map(lambda a, b: np.stack([a, b], axis=1), c[key], n[key])
     first, last = _flag(c["is_first"]), _flag(c["is_last"])
     step_type = _step_type(first, last)
@@ -167,10 +174,15 @@ class Converter:
 
     Each step is paired with the step after it, so the last step of every chunk is held back
     until the next chunk arrives; :meth:`finish` pairs it with TF-Agents' padding step.
+
+    Args:
+      trajectory_cls: the trajectory class (see :func:`~ostinato.rlds.trajectory_class`).
+      stack_dict_features: TF-Agents' quirk for dict features (see :func:`convert_pairs`).
     """
 
-    def __init__(self, trajectory_cls: type = Trajectory):
+    def __init__(self, trajectory_cls: type = Trajectory, *, stack_dict_features: bool = True):
         self._cls = trajectory_cls
+        self._stack = stack_dict_features
         self._held: StepChunk | None = None
 
     def feed(self, chunk: StepChunk) -> TrajectoryChunk | None:
@@ -181,11 +193,13 @@ class Converter:
         self._held = steps.take(slice(len(steps) - 1, None))
         if len(steps) == 1:
             return None
-        return convert_pairs(steps.take(slice(0, -1)), steps.take(slice(1, None)), self._cls)
+        return convert_pairs(steps.take(slice(0, -1)), steps.take(slice(1, None)), self._cls,
+                             stack_dict_features=self._stack)
 
     def finish(self) -> TrajectoryChunk | None:
         """The last step's trajectory (its next step: the padding step), if there is one."""
         held, self._held = self._held, None
         if held is None:
             return None
-        return convert_pairs(held, padding_step(held), self._cls)
+        return convert_pairs(held, padding_step(held), self._cls,
+                             stack_dict_features=self._stack)
