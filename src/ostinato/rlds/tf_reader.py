@@ -47,9 +47,12 @@ def step_chunks(rlds_data: Any, read_batch: int = READ_BATCH) -> Iterator[StepCh
     reports: an episode's index in ``rlds_data`` and the step's index in it; for a dataset of
     steps, the count of ``is_first`` steps before it and the steps since the last one.
     """
+    # Extra step keys (which may not batch) are dropped first; without them no per-step map.
+    extra = set(_step_spec(rlds_data)) - set(STEP_FEATURES)
     if _is_episodes(rlds_data):
         def episode_batches(i: Any, episode: Any) -> Any:
-            return episode["steps"].map(_select).batch(read_batch).map(lambda b: (i, b))
+            steps = episode["steps"].map(_select) if extra else episode["steps"]
+            return steps.batch(read_batch).map(lambda b: (i, b))
 
         data = rlds_data.enumerate().flat_map(episode_batches).prefetch(2)
         current, offset = -1, 0
@@ -63,7 +66,8 @@ def step_chunks(rlds_data: Any, read_batch: int = READ_BATCH) -> Iterator[StepCh
         return
 
     episode, index = -1, -1  # TF-Agents' scan over steps: episodes counted by is_first
-    for columns in rlds_data.map(_select).batch(read_batch).prefetch(2).as_numpy_iterator():
+    steps = rlds_data.map(_select) if extra else rlds_data
+    for columns in steps.batch(read_batch).prefetch(2).as_numpy_iterator():
         first = np.asarray(columns["is_first"]).astype(bool)
         n = len(first)
         episodes = episode + np.cumsum(first, dtype=np.int64)
