@@ -94,18 +94,26 @@ def test_policy_info_fn_with_its_signature(make_server):
     assert [item[3] for item in items] == [[2.0, 3.0], [3.0, 1.0], [2.0, 3.0], [3.0, 0.0]]
 
 
-def test_rejected_episode_leaves_nothing_in_the_table(make_server):
+@pytest.mark.parametrize("networked", [False, True], ids=["embedded", "networked"])
+def test_rejected_episode_leaves_nothing_in_the_table(make_server, networked):
     # Episode 1 has a terminal step that is not last: its first two steps would make an item.
     bad = steps([True, False, False], [False] * 3, [False, False, True])
     data = episodes(steps(*COMPLETE), bad, steps(*TRUNCATED))
     server = make_server(queue())
-    client = server.localhost_client()
+    client = reverb.Client(f"localhost:{server.port}", in_process=not networked)
     with pytest.raises(tf.errors.InvalidArgumentError) as err:
         rlds.push_rlds_to_table(data, client, "t", progress=False)
     message = err.value.message
     assert "Terminal step must be the last step of an episode." in message
     assert "(episode 1, step 2)" in message and "nothing of this episode was written" in message
     assert drain(client) == [window(TRAJ["c0"], TRAJ["c1"]), window(TRAJ["c1"], TRAJ["c2"])]
+    client.close()
+
+
+def test_missing_table_is_named(make_server):
+    server = make_server(queue())
+    with pytest.raises(reverb.errors.TableNotFoundError, match="'nope'"):
+        rlds.push_rlds_to_table(multiple(), server.localhost_client(), "nope", progress=False)
 
 
 def test_episode_not_starting_with_is_first(make_server):
@@ -169,3 +177,19 @@ def test_many_steps_across_read_batches(make_server):
     assert len(items) == 3 * (n - 1)
     expected = [[[1000 * k + t], [1000 * k + t + 1]] for k in range(3) for t in range(n - 1)]
     assert [item[1] for item in items] == expected
+
+
+def test_timeout_when_the_rate_limiter_blocks(make_server):
+    # Inserts block once 20 items are ahead of samples (nobody samples): the wait times out.
+    limiter = reverb.rate_limiters.SampleToInsertRatio(1.0, 1, 20.0)
+    server = make_server(reverb.Table("t", reverb.selectors.Fifo(), reverb.selectors.Fifo(),
+                                      10_000, rate_limiter=limiter))
+    n = 300
+    flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
+    data = episodes(tf.data.Dataset.from_tensor_slices(dict(
+        observation=np.zeros((n, 2), np.float32), action=np.zeros((n, 1), np.float32),
+        reward=np.zeros(n, np.float32), discount=np.ones(n, np.float32), is_first=flags[0],
+        is_last=flags[1], is_terminal=flags[2])))
+    with pytest.raises(reverb.errors.DeadlineExceededError):
+        rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False,
+                                timeout=0.3, max_pending_items=64)

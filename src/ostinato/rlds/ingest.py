@@ -173,6 +173,10 @@ def table_signature(client: Any, table: str, timeout: float | None = None) -> An
     return info[table].signature
 
 
+#: How often (in items) a TableSink with ``max_pending_items`` looks at the pending count.
+PACE_EVERY = 64
+
+
 def _timeout_ms(timeout: float | None) -> int | None:
     return None if timeout is None else max(0, int(timeout * 1000))
 
@@ -193,8 +197,12 @@ class TableSink:
         stored once).
       sequence_length, stride_length, priority, pad_end_of_episodes, tile_end_of_episodes:
         as :class:`~ostinato.observers.TrajectoryObserver`'s.
-      timeout: seconds any one blocking wait may take (an item waiting for the rate limiter
-        while ``max_pending_items`` are queued, the final flush); ``None``: no limit.
+      timeout: seconds any one blocking wait may take (for the rate limiter or the server to
+        take items, the final flush); ``None``: no limit.
+      max_pending_items: items created but not yet confirmed by the server at most; the sink
+        waits for the server beyond that (checked every :data:`PACE_EVERY` items). Over gRPC
+        this keeps insert requests small, so that the server answers samplers between them;
+        ``None``: the writer's own limits.
 
     Raises:
       ValueError: an argument is invalid (the message names it).
@@ -203,7 +211,7 @@ class TableSink:
     def __init__(self, client: Any, tables: Any, sequence_length: int,
                  stride_length: int = 1, priority: float = 1.0,
                  pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
-                 timeout: float | None = None):
+                 timeout: float | None = None, max_pending_items: int | None = None):
         from ostinato.observers.base import flag, positive_int, priority_value, table_names
 
         if client is None or not callable(getattr(client, "trajectory_writer", None)):
@@ -221,6 +229,9 @@ class TableSink:
                                     not isinstance(timeout, (int, float)) or not timeout >= 0):
             raise ValueError(f"timeout ({timeout!r}) must be None or a number of seconds >= 0")
         self._timeout_ms = _timeout_ms(timeout)
+        self._max_pending = (None if max_pending_items is None
+                             else positive_int(max_pending_items, "max_pending_items"))
+        self._created = 0
         self._writer = client.trajectory_writer(num_keep_alive_refs=self._length + 1)
         self._keys: list[str] | None = None
         self._history: list[Any] | None = None
@@ -250,6 +261,10 @@ class TableSink:
         item = {k: h[n:] for k, h in zip(self._keys, self._history)}  # type: ignore[arg-type]
         for table in self._tables:
             self._writer.create_item(table, self._priority, item, timeout_ms=self._timeout_ms)
+        self._created += 1
+        if self._max_pending is not None and self._created % PACE_EVERY == 0:
+            self._writer.flush(block_until_num_items=self._max_pending,
+                               timeout_ms=self._timeout_ms)
 
     def _append(self, row: Any) -> None:
         self._writer.append(dict(zip(self._keys, row)))  # type: ignore[arg-type]

@@ -215,7 +215,8 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
                        stride_length: int = 1, priority: float = 1.0,
                        pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
                        policy_info_fn: PolicyInfoFn | None = None,
-                       progress: bool | None = None, timeout: float | None = None) -> int:
+                       progress: bool | None = None, timeout: float | None = None,
+                       max_pending_items: int | None = 512) -> int:
     """:func:`push_rlds_to_reverb` into ``table`` with TF-Agents' trajectory windows.
 
     Writes the items a :class:`ostinato.observers.TrajectoryObserver` (TF-Agents'
@@ -236,6 +237,9 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
       progress: as :func:`push_rlds_to_reverb`'s.
       timeout: seconds any one blocking wait may take (the server's answer about the table,
         an item waiting for the rate limiter, the final flush); ``None``: no limit.
+      max_pending_items: items written but not yet confirmed by the server at most (then it
+        waits): over gRPC, small insert requests let the server answer samplers between
+        them; ``None``: the writer's own limit.
 
     Returns:
       The number of trajectories written (one per RLDS step).
@@ -246,7 +250,7 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
       ValueError, tf.errors.InvalidArgumentError: as :func:`push_rlds_to_reverb`.
     """
     sink = TableSink(client, table, sequence_length, stride_length, priority,
-                     pad_end_of_episodes, tile_end_of_episodes, timeout)
+                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items)
     try:
         names = [table] if isinstance(table, str) else list(table)
         check_table_signature(table_signature(client, names[0], timeout), rlds_data,
