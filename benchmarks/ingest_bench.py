@@ -25,7 +25,8 @@ timed, not building the dataset or starting processes.
 server process with a pre-filled table, a sampler process calling ``client.sample_batch(table,
 256)`` in a loop, and the ingestion (ours) started after a quiet baseline; it reports items
 sampled per second before and during ingestion, the longest gap between two batches in each
-window, and the ingestion's own steps/s while sampled.
+window, and the ingestion's own steps/s while sampled; ``--sampler-rates 0,5000`` repeats it
+with the ingestion capped (``max_steps_per_second``).
 
 Usage::
 
@@ -114,7 +115,7 @@ def make_client(side: str, address: str, networked: bool):
     return ostinato.Client(address, in_process=not networked)
 
 
-def push(side: str, data, client) -> int:
+def push(side: str, data, client, rate: float | None = None) -> int:
     if side == "tfa":
         from tf_agents.replay_buffers import reverb_utils, rlds_to_reverb
 
@@ -132,7 +133,8 @@ def push(side: str, data, client) -> int:
         observer.flush()
         observer.close()
         return n
-    return rlds.push_rlds_to_table(data, client, TABLE, progress=False)
+    return rlds.push_rlds_to_table(data, client, TABLE, progress=False,
+                                   max_steps_per_second=rate)
 
 
 # -- child processes -------------------------------------------------------------------------
@@ -225,7 +227,7 @@ def run_sampler(args) -> dict:
         time.sleep(args.baseline)
         data = make_dataset(args.episodes, args.steps)
         start = time.time()
-        n = push("ours", data, client)
+        n = push("ours", data, client, rate=args.max_rate or None)
         end = time.time()
         time.sleep(min(args.baseline, 2.0))
         sampler.stdin.close()
@@ -249,7 +251,8 @@ def run_sampler(args) -> dict:
 
     base = window(times[0] + 1.0, start)  # the first second: the sampler warming up
     during = window(start, end)
-    return {"side": "ours", "mode": "sampler", "steps": n, "ingest_steps_per_s": n / (end - start),
+    return {"side": "ours", "mode": "sampler", "max_rate": args.max_rate, "steps": n,
+            "ingest_steps_per_s": n / (end - start),
             "baseline": base, "during": during,
             "slowdown": 1 - during["items_per_s"] / base["items_per_s"]}
 
@@ -257,7 +260,8 @@ def run_sampler(args) -> dict:
 def child(python: str, args, side: str, mode: str) -> dict:
     cmd = [python, os.path.join(HERE, "ingest_bench.py"), "--side", side, "--mode", mode,
            "--episodes", str(args.episodes), "--steps", str(args.steps), "--baseline",
-           str(args.baseline), "--batch-size", str(args.batch_size)]
+           str(args.baseline), "--batch-size", str(args.batch_size), "--max-rate",
+           str(args.max_rate)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -279,9 +283,11 @@ def compare(args) -> int:
                 log(f"rep {rep + 1}/{args.repeat} {mode:9s} {side:13s} "
                     f"{r['steps_per_s']:10,.0f} steps/s ({r['seconds']:.2f} s)")
                 results.setdefault((mode, side), []).append(r)
-        if args.sampler:
-            r = child(args.ours_python, args, "ours", "sampler")
-            log(f"rep {rep + 1}/{args.repeat} sampler: {r['baseline']['items_per_s']:,.0f} -> "
+        for rate in (args.sampler_rates if args.sampler else []):
+            r = child(args.ours_python, argparse.Namespace(**{**vars(args), "max_rate": rate}),
+                      "ours", "sampler")
+            log(f"rep {rep + 1}/{args.repeat} sampler (max rate {rate or 'none'}): "
+                f"{r['baseline']['items_per_s']:,.0f} -> "
                 f"{r['during']['items_per_s']:,.0f} items/s while ingesting "
                 f"({r['ingest_steps_per_s']:,.0f} steps/s); max gap "
                 f"{r['baseline']['max_gap_ms']:.0f} -> {r['during']['max_gap_ms']:.0f} ms")
@@ -299,9 +305,11 @@ def compare(args) -> int:
         cells = "  ".join(f"{side} {med[side]:,.0f}" for side in sides)
         print(f"  {mode:9s} steps/s: {cells}  ->  ours/tfa "
               + ", ".join(f"{side} {x:.1f}x" for side, x in ratios.items()))
-    if sampler_runs:
-        def med(f):
-            return statistics.median(f(r) for r in sampler_runs)
+    for rate in (args.sampler_rates if args.sampler else []):
+        runs = [r for r in sampler_runs if r["max_rate"] == rate]
+
+        def med(f, runs=runs):
+            return statistics.median(f(r) for r in runs)
         s = {"baseline_items_per_s": med(lambda r: r["baseline"]["items_per_s"]),
              "during_items_per_s": med(lambda r: r["during"]["items_per_s"]),
              "slowdown": med(lambda r: r["slowdown"]),
@@ -309,8 +317,9 @@ def compare(args) -> int:
              "during_max_gap_ms": med(lambda r: r["during"]["max_gap_ms"]),
              "during_p99_gap_ms": med(lambda r: r["during"]["p99_gap_ms"]),
              "ingest_steps_per_s": med(lambda r: r["ingest_steps_per_s"])}
-        summary["sampler"] = s
-        print(f"  sampler (networked, batches of {args.batch_size}): "
+        summary.setdefault("sampler", {})[str(rate or "none")] = s
+        print(f"  sampler (networked, batches of {args.batch_size}, ingestion max rate "
+              f"{rate or 'none'}): "
               f"{s['baseline_items_per_s']:,.0f} items/s before, "
               f"{s['during_items_per_s']:,.0f} during ingestion ({s['slowdown']:.0%} slower); "
               f"longest gap {s['baseline_max_gap_ms']:.0f} ms before, "
@@ -338,6 +347,10 @@ def parse_args(argv=None):
                    help="also time push_rlds_to_reverb through Ostinato's TrajectoryObserver")
     p.add_argument("--sampler", action="store_true",
                    help="also measure a concurrent sampler's slowdown while ingesting")
+    p.add_argument("--sampler-rates", default="0",
+                   type=lambda s: [float(x) for x in s.split(",") if x],
+                   help="ingestion rate caps (steps/s) to measure the sampler with; 0: none")
+    p.add_argument("--max-rate", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--baseline", type=float, default=6.0,
                    help="seconds the sampler runs before ingestion starts")
     p.add_argument("--batch-size", type=int, default=256, help="sampler batch size")

@@ -193,3 +193,22 @@ def test_timeout_when_the_rate_limiter_blocks(make_server):
     with pytest.raises(reverb.errors.DeadlineExceededError):
         rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False,
                                 timeout=0.3, max_pending_items=64)
+
+
+def test_max_steps_per_second_paces_the_push(make_server):
+    import time
+
+    n = 400
+    flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
+    data = episodes(tf.data.Dataset.from_tensor_slices(dict(
+        observation=np.zeros((n, 2), np.float32), action=np.zeros((n, 1), np.float32),
+        reward=np.zeros(n, np.float32), discount=np.ones(n, np.float32), is_first=flags[0],
+        is_last=flags[1], is_terminal=flags[2])))
+    server = make_server(queue())
+    start = time.perf_counter()
+    assert rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False,
+                                   max_steps_per_second=1000.0) == n
+    assert time.perf_counter() - start >= 0.3  # 400 steps at 1,000/s, less the first slice
+    assert server.localhost_client().server_info()["t"].current_size == n - 1
+    with pytest.raises(ValueError, match=r"max_steps_per_second \(0\)"):
+        rlds.push_rlds_to_table(data, server.localhost_client(), "t", max_steps_per_second=0)

@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pending-items", type=_positive(int), default=512,
                    help="items sent but not yet confirmed by the server at most (default 512: "
                         "small insert requests, so samplers are answered between them)")
+    p.add_argument("--max-rate", type=_positive(float), default=None, metavar="STEPS_PER_S",
+                   help="write at most this many steps per second (leaves a busy server's "
+                        "time to its samplers; default: as fast as it goes)")
     p.add_argument("--connect-timeout", type=_positive(float), default=30.0,
                    help="seconds to keep retrying while the server cannot be reached")
     p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace) -> str:
     options = dict(sequence_length=args.sequence_length, stride_length=args.stride_length,
                    priority=args.priority, pad_end_of_episodes=args.pad_end_of_episodes,
                    tile_end_of_episodes=args.tile_end_of_episodes, progress=args.progress,
-                   timeout=args.timeout, max_pending_items=args.max_pending_items)
+                   timeout=args.timeout, max_pending_items=args.max_pending_items,
+                   max_steps_per_second=args.max_rate)
     data = (load_rlds(args.source, args.split) if kind == "rlds"
             else rlds.load_minari(args.source))
     data = _take(data, args.episodes)

@@ -203,6 +203,8 @@ class TableSink:
         waits for the server beyond that (checked every :data:`PACE_EVERY` items). Over gRPC
         this keeps insert requests small, so that the server answers samplers between them;
         ``None``: the writer's own limits.
+      max_steps_per_second: write at most this many steps per second (sleeping when ahead),
+        to leave a busy server's time to its samplers; ``None``: as fast as it goes.
 
     Raises:
       ValueError: an argument is invalid (the message names it).
@@ -211,7 +213,8 @@ class TableSink:
     def __init__(self, client: Any, tables: Any, sequence_length: int,
                  stride_length: int = 1, priority: float = 1.0,
                  pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
-                 timeout: float | None = None, max_pending_items: int | None = None):
+                 timeout: float | None = None, max_pending_items: int | None = None,
+                 max_steps_per_second: float | None = None):
         from ostinato.observers.base import flag, positive_int, priority_value, table_names
 
         if client is None or not callable(getattr(client, "trajectory_writer", None)):
@@ -232,6 +235,15 @@ class TableSink:
         self._max_pending = (None if max_pending_items is None
                              else positive_int(max_pending_items, "max_pending_items"))
         self._created = 0
+        if max_steps_per_second is not None and (
+                isinstance(max_steps_per_second, bool)
+                or not isinstance(max_steps_per_second, (int, float))
+                or not max_steps_per_second > 0):
+            raise ValueError(f"max_steps_per_second ({max_steps_per_second!r}) must be None or "
+                             "a number > 0")
+        self._rate = max_steps_per_second
+        self._steps = 0
+        self._start: float | None = None
         self._writer = client.trajectory_writer(num_keep_alive_refs=self._length + 1)
         self._keys: list[str] | None = None
         self._history: list[Any] | None = None
@@ -285,10 +297,31 @@ class TableSink:
                 self._append(pad)
         self._cached = 0
 
+    def _pace(self, steps: int) -> None:
+        """Sleeps until ``steps`` more steps are due at ``max_steps_per_second``."""
+        now = time.perf_counter()
+        if self._start is None:
+            self._start = now
+        self._steps += steps
+        ahead = self._steps / self._rate - (now - self._start)  # type: ignore[operator]
+        if ahead > 0:
+            time.sleep(ahead)
+
     def write(self, trajectory: Any) -> None:
         """Appends every step of ``trajectory`` (arrays with a leading time dimension)."""
         if self._keys is None:
             self._learn(trajectory)
+        if self._rate is not None:
+            # In slices of PACE_EVERY steps, so that a long episode is paced too.
+            n = len(trajectory.step_type)
+            for start in range(0, n, PACE_EVERY):
+                s = slice(start, min(n, start + PACE_EVERY))
+                self._pace(s.stop - s.start)
+                self._write(_tree_map(lambda a, s=s: a[s], trajectory))
+            return
+        self._write(trajectory)
+
+    def _write(self, trajectory: Any) -> None:
         leaves = optree.tree_leaves(trajectory, none_is_leaf=False)
         boundary = (np.asarray(leaves[self._boundary_leaf]) == StepType.LAST).tolist()
         append, keys = self._writer.append, self._keys

@@ -262,7 +262,8 @@ def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_leng
                          stride_length: int = 1, priority: float = 1.0,
                          pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
                          progress: bool | None = None, timeout: float | None = None,
-                         max_pending_items: int | None = 512) -> int:
+                         max_pending_items: int | None = 512,
+                         max_steps_per_second: float | None = None) -> int:
     """Writes a Minari dataset into ``table`` with TF-Agents' trajectory windows.
 
     The items :func:`~ostinato.rlds.push_rlds_to_table` writes for the same episodes recorded
@@ -282,7 +283,7 @@ def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_leng
       progress: show a progress line (steps, episodes, steps/s) and a summary on stderr;
         ``None``: only when stderr is a terminal.
       timeout: seconds any one blocking wait may take; ``None``: no limit.
-      max_pending_items: as :func:`~ostinato.rlds.push_rlds_to_table`'s.
+      max_pending_items, max_steps_per_second: as :func:`~ostinato.rlds.push_rlds_to_table`'s.
 
     Returns:
       The number of trajectories written (``n + 1`` per episode of ``n`` transitions).
@@ -301,7 +302,8 @@ def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_leng
       >>> rlds.push_minari_to_table(dataset, server.localhost_client(), "replay")
     """
     sink = TableSink(client, table, sequence_length, stride_length, priority,
-                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items)
+                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
+                     max_steps_per_second)
     try:
         check_minari_signature(table_signature(client, sink.tables[0], timeout), dataset)
         count = _push(dataset, sink, progress)

@@ -216,7 +216,8 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
                        pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
                        policy_info_fn: PolicyInfoFn | None = None,
                        progress: bool | None = None, timeout: float | None = None,
-                       max_pending_items: int | None = 512) -> int:
+                       max_pending_items: int | None = 512,
+                       max_steps_per_second: float | None = None) -> int:
     """:func:`push_rlds_to_reverb` into ``table`` with TF-Agents' trajectory windows.
 
     Writes the items a :class:`ostinato.observers.TrajectoryObserver` (TF-Agents'
@@ -240,6 +241,8 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
       max_pending_items: items written but not yet confirmed by the server at most (then it
         waits): over gRPC, small insert requests let the server answer samplers between
         them; ``None``: the writer's own limit.
+      max_steps_per_second: write at most this many steps per second, to leave a busy
+        server's time to its samplers; ``None``: as fast as it goes.
 
     Returns:
       The number of trajectories written (one per RLDS step).
@@ -250,7 +253,8 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
       ValueError, tf.errors.InvalidArgumentError: as :func:`push_rlds_to_reverb`.
     """
     sink = TableSink(client, table, sequence_length, stride_length, priority,
-                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items)
+                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
+                     max_steps_per_second)
     try:
         names = [table] if isinstance(table, str) else list(table)
         check_table_signature(table_signature(client, names[0], timeout), rlds_data,
