@@ -85,6 +85,20 @@ def test_missing_table_and_dataset_are_clear_errors(make_server, minari_env):
     assert server.localhost_client().server_info()["other"].current_size == 0
 
 
+def test_token(make_server, minari_env):
+    env, _, steps, _ = minari_env
+    server = make_server(queue(), token="s3cret")
+    address = f"localhost:{server.port}"
+    env = {k: v for k, v in env.items() if k != "OSTINATO_TOKEN"}
+    out = ingest(env, "cartpole/cli-v0", "--server", address, "--table", "t",
+                 "--connect-timeout", "2")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    out = ingest(env, "cartpole/cli-v0", "--server", address, "--table", "t", "--token",
+                 "s3cret", "--episodes", "1")
+    assert out.returncode == 0, out.stderr
+    assert 0 < server.localhost_client().server_info()["t"].current_size < steps
+
+
 def test_bad_arguments_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["x", "--server", "h:1", "--table", "t", "--sequence-length", "0"])
