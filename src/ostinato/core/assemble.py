@@ -13,6 +13,7 @@ items one by one for anything else and raises ``ValueError`` when they cannot be
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Any
 
@@ -94,7 +95,7 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
         if s and length != 1:
             return None
         if s and not unsqueeze and not row and dtype.kind != "O":
-            scalars = _squeezed_scalars(trajs, c, flat_len, dtype)
+            scalars = _squeezed_scalars(trajs, c, all_flat, dtype)
             if scalars is not _NOT_ALIKE:
                 outs.append(scalars)
                 continue
@@ -115,37 +116,54 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
 _NOT_ALIKE: Any = object()
 
 
-def _squeezed_scalars(trajs: list[Packed], c: int, flat_len: int, dtype: np.dtype) -> Any:
+def _squeezed_scalars(trajs: list[Packed], c: int, all_flat: bool, dtype: np.dtype) -> Any:
     """Column ``c`` of items whose columns are single one-row slices of scalars, read with one
     ``fromiter`` (no per-item view); ``_NOT_ALIKE`` if the items are not all like that."""
-    j = 3 * c
-    if any(type(p[0]) is not Chunk or len(p) != flat_len for p in trajs):
+    if not all_flat:
         return _NOT_ALIKE
+    j = 3 * c
     chunks = list(map(operator.itemgetter(j), trajs))
-    spec = chunks[0].spec
-    if spec is None or any(ch.spec is not spec for ch in chunks):
-        # Chunks of several writers (or of unknown spec): check every distinct one by value.
-        want = chunk_spec(chunks[0])
-        if any(chunk_spec(ch) != want for ch in {id(ch): ch for ch in chunks}.values()):
-            return _NOT_ALIKE
-    datas = [chunk_array(ch) for ch in chunks]
+    if not _same_spec(chunks):
+        return _NOT_ALIKE
     out = empty_aligned((len(trajs),), dtype)
-    out[:] = np.fromiter(map(operator.getitem, datas, map(operator.itemgetter(j + 1), trajs)),
+    out[:] = np.fromiter(map(operator.getitem, _arrays(chunks), map(operator.itemgetter(j + 1), trajs)),
                          dtype, len(trajs))
     return out
 
 
+_spec_of = operator.attrgetter("spec")
+_data_of = operator.attrgetter("data")
+
+
+def _same_spec(chunks: list[Chunk]) -> bool:
+    """Whether every chunk holds rows of one dtype and row shape (checked by identity first:
+    a writer column's chunks share one spec object)."""
+    specs = set(map(id, map(_spec_of, chunks)))
+    if len(specs) == 1 and chunks[0].spec is not None:
+        return True
+    # Chunks of several writers (or of unknown spec): check every distinct one by value.
+    want = chunk_spec(chunks[0])
+    return all(chunk_spec(ch) == want for ch in {id(ch): ch for ch in chunks}.values())
+
+
+def _arrays(chunks: list[Chunk]) -> list[np.ndarray]:
+    """The chunks' rows as arrays (``chunk.data`` itself where it is one)."""
+    datas = list(map(_data_of, chunks))
+    if set(map(type, datas)) != {np.ndarray}:
+        datas = list(map(chunk_array, chunks))
+    return datas
+
+
 def _flat_column_rows(trajs: list[Packed], c: int, length: int) -> list[np.ndarray] | None:
-    """:func:`_column_rows` for items whose columns are all single slices."""
+    """:func:`_column_rows` for items whose columns are all single slices (with C-level maps:
+    no Python loop over the items)."""
     j = 3 * c
     if set(map(operator.itemgetter(j + 2), trajs)) != {length}:
         return None
-    chunks = list(map(operator.itemgetter(j), trajs))
-    datas = [ch.data if type(ch.data) is np.ndarray else chunk_array(ch) for ch in chunks]
-    offsets = map(operator.itemgetter(j + 1), trajs)
-    if length == 1:
-        return [d[o:o + 1] for d, o in zip(datas, offsets)]
-    return [d[o:o + length] for d, o in zip(datas, offsets)]
+    offsets = list(map(operator.itemgetter(j + 1), trajs))
+    ends = map(operator.add, offsets, itertools.repeat(length))
+    return list(map(operator.getitem, _arrays(list(map(operator.itemgetter(j), trajs))),
+                    map(slice, offsets, ends)))
 
 
 def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
