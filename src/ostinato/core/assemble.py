@@ -21,6 +21,7 @@ import numpy as np
 
 from ostinato.core.chunks import Chunk, chunk_array, chunk_spec
 from ostinato.core.items import Packed, SampleBatch, columns
+from ostinato.core.locations import Located, registered_block
 
 #: Batches start on a 64-byte boundary: frameworks can then use them without a copy (JAX on
 #: CPU aliases aligned host buffers instead of copying them) and vector loads are aligned.
@@ -81,6 +82,10 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
     sq = batch.squeeze[0]
     if batch.squeeze.count(sq) != n:
         return None
+    if batch.located is not None:
+        located = _gather_located(batch.located, sq, n, unsqueeze)
+        if located is not None:
+            return located
     template = columns(trajs[0])
     ncols = len(template)
     flat_len = 3 * ncols
@@ -99,11 +104,12 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
             if scalars is not _NOT_ALIKE:
                 outs.append(scalars)
                 continue
+        shape = (n, *row) if s and not unsqueeze else (n, length, *row)
         rows = (_flat_column_rows(trajs, c, length) if all_flat
                 else _column_rows(trajs, c, flat_len, ncols, length))
         if rows is None:
             return None
-        out = empty_aligned((n, *row) if s and not unsqueeze else (n, length, *row), dtype)
+        out = empty_aligned(shape, dtype)
         try:
             # One C-level copy of every row; casting="no" rejects rows of another dtype.
             np.concatenate(rows, out=out.reshape(n * length, *row), casting="no")
@@ -114,6 +120,45 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
 
 
 _NOT_ALIKE: Any = object()
+
+
+def _gather_located(located: Located, sq: tuple[bool, ...], n: int,
+                    unsqueeze: bool) -> list[np.ndarray] | None:
+    """The columns of items the table located (:mod:`ostinato.core.locations`): each column's
+    rows copied out of its writer block(s) with one ``take`` per block. None if the items'
+    columns differ in length or in the dtype or row shape of their blocks."""
+    rows = located.rows
+    outs = []
+    for c in range((rows.shape[1] - 1) // 3):
+        codes = rows[:, 1 + 3 * c]
+        starts = rows[:, 2 + 3 * c]
+        lens = rows[:, 3 + 3 * c]
+        length = int(lens[0])
+        squeezed = sq[c]
+        if (squeezed and length != 1) or (lens != length).any():
+            return None
+        lo, hi = int(codes.min()), int(codes.max())
+        blocks = {k: registered_block(k) for k in ([lo] if lo == hi else set(codes.tolist()))}
+        first = blocks[lo]
+        if first is None or any(b is None or b.dtype != first.dtype or b.shape[1:] != first.shape[1:]
+                                for b in blocks.values()):
+            return None
+        row = first.shape[1:]
+        out = empty_aligned((n, *row) if squeezed and not unsqueeze else (n, length, *row),
+                            first.dtype)
+        flat = out.reshape(n * length, *row)
+        idx = starts.astype(np.intp)
+        if length != 1:
+            idx = (idx[:, None] + np.arange(length)).reshape(-1)
+        if lo == hi:
+            np.take(first, idx, axis=0, out=flat, mode="clip")
+        else:
+            per_row = np.repeat(codes, length) if length != 1 else codes
+            for k, block in blocks.items():
+                mask = per_row == k
+                flat[mask] = block[idx[mask]]  # type: ignore[index]
+        outs.append(out)
+    return outs
 
 
 def _squeezed_scalars(trajs: list[Packed], c: int, all_flat: bool, dtype: np.dtype) -> Any:
@@ -162,7 +207,8 @@ def _flat_column_rows(trajs: list[Packed], c: int, length: int) -> list[np.ndarr
         return None
     offsets = list(map(operator.itemgetter(j + 1), trajs))
     ends = map(operator.add, offsets, itertools.repeat(length))
-    return list(map(operator.getitem, _arrays(list(map(operator.itemgetter(j), trajs))),
+    getitem: Any = operator.getitem
+    return list(map(getitem, _arrays(list(map(operator.itemgetter(j), trajs))),
                     map(slice, offsets, ends)))
 
 

@@ -57,17 +57,22 @@ class Chunk:
       spec: ``(dtype, row_shape)`` of the rows, or ``None`` if not known. Shared (the same
         object) by all chunks of one writer column, so batch assembly can check many chunks at
         once by identity.
+      origin: ``(block, first_row)`` when the rows are ``block[first_row:first_row + len]`` of a
+        larger array that other chunks of the same column share (a writer carves the chunks of
+        a column of small rows out of blocks): batch assembly gathers the rows of many items of
+        one block with a single ``take``. ``None`` otherwise.
     """
 
-    __slots__ = ("key", "data", "episode_id", "refs", "nbytes", "spec")
+    __slots__ = ("key", "data", "episode_id", "refs", "nbytes", "spec", "origin")
 
     def __init__(self, key: int, data: Any, episode_id: int = 0, nbytes: int | None = None,
-                 spec: Any = None):
+                 spec: Any = None, origin: tuple[np.ndarray, int] | None = None):
         self.key = key
         self.data = data
         self.episode_id = episode_id
         self.refs = 0
         self.spec = spec
+        self.origin = origin
         if nbytes is None:
             nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
         self.nbytes = nbytes

@@ -20,6 +20,7 @@ import numpy as np
 
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, ChunkStore
+from ostinato.core.locations import Locations
 
 _INITIAL_CAPACITY = 64
 
@@ -48,6 +49,8 @@ class Slots:
         self.next_seq = 0
         self.episode_refs: dict[int, int] = {}  # episode id -> chunk references to it
         self.num_deleted_episodes = 0
+        #: Where located items have their rows (for batch assembly with one ``take``).
+        self.locations = Locations(cap)
 
     # -- capacity -----------------------------------------------------------------------------
     def _make_views(self) -> None:
@@ -71,6 +74,7 @@ class Slots:
         self.traj.extend([None] * old)
         self.squeeze.extend([None] * old)
         self.free.extend(range(2 * old - 1, old - 1, -1))
+        self.locations.grow(2 * old)
 
     def _reserve(self, n: int) -> None:
         """Empty arrays of capacity >= ``n`` (only while no item is held)."""
@@ -85,6 +89,7 @@ class Slots:
         self._make_views()
         self.traj.extend([None] * (cap - len(self.traj)))
         self.squeeze.extend([None] * (cap - len(self.squeeze)))
+        self.locations.grow(cap)
 
     # -- items ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -110,6 +115,7 @@ class Slots:
         for c in chunks:
             e = c.episode_id
             er[e] = er.get(e, 0) + 1
+        self.locations.add(slot, traj)
         return slot
 
     def remove(self, slot: int) -> int:
@@ -117,6 +123,7 @@ class Slots:
         key = self.a_keys[slot]
         traj = self.traj[slot]
         del self.key_to_slot[key]
+        self.locations.remove(slot)
         chunks = traj[0::3] if type(traj[0]) is Chunk else items_lib.chunk_refs(traj)
         self.store.release(chunks)
         er = self.episode_refs
@@ -146,6 +153,7 @@ class Slots:
         self.free = list(range(cap - 1, -1, -1))
         self.episode_refs.clear()
         self.num_deleted_episodes = 0
+        self.locations.clear()
 
     def move_to(self, store: ChunkStore) -> None:
         """Moves the items' chunk references into another store (a table joining a server)."""
@@ -198,7 +206,7 @@ class Slots:
         return items_lib.SampleBatch(
             self.keys[slots], probabilities, np.full(len(sl), len(self.key_to_slot), np.int64),
             self.priorities[slots], times_sampled.astype(np.int32), [traj[i] for i in sl],
-            [sq[i] for i in sl])
+            [sq[i] for i in sl], located=self.locations.take(slots))
 
     def in_insertion_order(self) -> np.ndarray:
         """The slots of all items, oldest insertion first."""

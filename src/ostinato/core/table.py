@@ -243,8 +243,9 @@ class Table(TableSettings):
                     break
                 self._insert_locked(key, priority, traj, squeeze, assign)
                 done += 1
-            if done:
-                self._gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
+            gate = self._gate
+            if done and (gate._waiting or gate._lingering):  # nobody to wake: no call
+                gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return done
 
     def insert_many(self, items: Sequence[Item], deadline: Deadline | None = None,

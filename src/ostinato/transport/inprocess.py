@@ -55,9 +55,11 @@ class InProcessTransport(Transport):
             self._meta[table] = meta
         return meta
 
-    def try_insert(self, table: str, items: Sequence[tuple[Any, ...]]) -> int:
-        """Inserts the prefix of ``items`` that the rate limiter admits now; returns its length."""
-        return self._table(table).try_insert_many(items, assign=False)
+    def inserter(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], int]:
+        """``try_insert(items)`` for one table (a writer's stream looks the table up once):
+        inserts the prefix of ``items`` that the rate limiter admits now, returns its length.
+        Once the server stops, its tables are closed and it raises ``CancelledError``."""
+        return self._table(table).try_insert_many
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         self._table(table).insert_many(items, deadline, assign=False)

@@ -21,10 +21,17 @@ import numpy as np
 
 from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
+from ostinato.core.locations import register_block
 from ostinato.core.specs import dtype_name, shape_str
 
 TARGET_CHUNK_BYTES = 128 * 1024
 MAX_AUTO_ROWS = 256
+#: Chunks of columns whose rows are at most this many bytes are carved, one after the other,
+#: out of blocks of :data:`BLOCK_BYTES`: batch assembly then gathers the rows of many sampled
+#: items of one block with a single ``take`` (see :attr:`~ostinato.core.chunks.Chunk.origin`)
+#: instead of one slice per item. A block is freed when its last chunk is.
+BLOCK_MAX_ROW_BYTES = 4096
+BLOCK_BYTES = 1 << 20
 
 #: numpy kinds a column may hold: bool, integers, floats, complex, and strings (stored as
 #: object arrays of bytes, TensorFlow's ``tf.string``).
@@ -140,6 +147,11 @@ class ColumnChunker:
         self.shape: tuple[int, ...] = ()
         self._rows = 0
         self._buf: np.ndarray | None = None
+        self._block: np.ndarray | None = None  # rows of this block are handed out in order
+        self._block_ro: np.ndarray | None = None  # the same, read-only (what chunks refer to)
+        self._block_next = 0  # first row of the block not handed out
+        self._block_code: int | None = None  # the block's code (ostinato.core.locations)
+        self._chunk_start: int | None = None  # first row in the block of the chunk being filled
         self._chunk: Chunk | None = None
         self._n = 0
         self._episode: int | None = None
@@ -158,20 +170,51 @@ class ColumnChunker:
     def _start_chunk(self, episode_id: int) -> None:
         self._trim_current()
         rows = self._rows
-        self._buf = np.empty((rows, *self.shape), dtype=self.dtype)
-        view = self._buf.view()
-        view.flags.writeable = False
-        self._chunk = Chunk(new_key(), view, episode_id, nbytes=self._buf.nbytes, spec=self._spec)
+        row_bytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+        if self.dtype.kind != "O" and row_bytes <= BLOCK_MAX_ROW_BYTES:
+            if self._block is None or self._block_next + rows > len(self._block):
+                nrows = max(rows, BLOCK_BYTES // max(1, row_bytes))
+                self._block = np.empty((nrows, *self.shape), dtype=self.dtype)
+                self._block_ro = self._block.view()
+                self._block_ro.flags.writeable = False
+                self._block_next = 0
+                # The chunks' views keep the block (their base) alive: it is registered weakly.
+                self._block_code = register_block(self._block)
+            start = self._block_next
+            self._block_next = start + rows
+            self._buf = self._block[start:start + rows]
+            view = self._block_ro[start:start + rows]  # type: ignore[index]
+            origin = None if self._block_code is None else (self._block_code, start)
+            self._chunk_start = start
+        else:
+            self._buf = np.empty((rows, *self.shape), dtype=self.dtype)
+            view = self._buf.view()
+            view.flags.writeable = False
+            origin = None
+            self._chunk_start = None
+        self._chunk = Chunk(new_key(), view, episode_id, nbytes=view.nbytes, spec=self._spec,
+                            origin=origin)
         self._n = 0
         self._episode = episode_id
 
     def _trim_current(self) -> None:
-        """Shrinks a partly filled chunk that will get no more rows, to free the unused tail."""
-        if self._chunk is not None and 0 < self._n < self._rows // 2:
-            data = np.array(self._buf[: self._n])
-            data.flags.writeable = False
-            self._chunk.data = data
-            self._chunk.nbytes = data.nbytes
+        """Shrinks a partly filled chunk that will get no more rows: a chunk of a block gives its
+        unused rows back to the block (the next chunk starts right after it); another is copied
+        when less than half full, to free the unused tail."""
+        chunk = self._chunk
+        if chunk is not None and 0 < self._n < self._rows:
+            n = self._n
+            start = self._chunk_start
+            if start is not None:  # carved out of the block
+                if self._block_next == start + self._rows:
+                    self._block_next = start + n
+                chunk.data = self._block_ro[start:start + n]  # type: ignore[index]
+                chunk.nbytes = chunk.data.nbytes
+            elif n < self._rows // 2:
+                data = np.array(self._buf[:n])  # type: ignore[index]
+                data.flags.writeable = False
+                chunk.data = data
+                chunk.nbytes = data.nbytes
         self._chunk = None
         self._buf = None
         self._n = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ostinato import errors
@@ -58,7 +58,9 @@ class WriterStream(Protocol):
 class InsertSink(Protocol):
     """Tables that :class:`Delivery` inserts into (an in-process transport)."""
 
-    def try_insert(self, table: str, items: Sequence[Item]) -> int: ...
+    def inserter(self, table: str) -> Callable[[Sequence[Item]], int]:
+        """``try_insert(items)`` for one table: inserts the prefix of ``items`` that the rate
+        limiter admits now and returns its length (raises once the table is closed)."""
 
     def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None: ...
 
@@ -73,7 +75,7 @@ class Delivery:
     ``FailedPreconditionError`` naming the cause.
 
     Args:
-      sink: the tables (``try_insert``/``insert`` of an in-process transport).
+      sink: the tables (``inserter``/``insert`` of an in-process transport).
       max_pending: most items queued before ``insert`` blocks.
     """
 
@@ -84,6 +86,7 @@ class Delivery:
 
     def __init__(self, sink: InsertSink, max_pending: int = DEFAULT_MAX_PENDING_ITEMS):
         self._sink = sink
+        self._inserters: dict[str, Callable[[Sequence[Item]], int]] = {}
         self._max = max_pending
         self._queue: deque[tuple[str, Item]] = deque()
         self._cv = threading.Condition()
@@ -96,7 +99,10 @@ class Delivery:
 
     def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None:
         if not self._queue and not self._error:
-            done = self._sink.try_insert(table, items)  # the usual case: admitted at once
+            inserter = self._inserters.get(table)
+            if inserter is None:
+                inserter = self._inserters[table] = self._sink.inserter(table)
+            done = inserter(items)  # the usual case: admitted at once
             if done == len(items):
                 return
             items = items[done:]

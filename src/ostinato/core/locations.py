@@ -1,0 +1,177 @@
+"""Where each item's rows live, as numbers, so that a sampled batch is gathered with ``take``.
+
+A writer carves the chunks of a column of small rows out of larger *blocks*, registered here
+under a process-wide integer code (:func:`register_block`); such a chunk's
+:attr:`~ostinato.core.chunks.Chunk.origin` is ``(block code, first row)``. For every item whose
+columns are each one slice of such a chunk, :class:`Locations` records per column the block
+code, the item's first row in the block and its number of rows, in one flat ``int32`` array
+indexed by slot. Sampling reads the locations of all sampled slots with one fancy index, and
+batch assembly copies each column's rows out of its block(s) with one ``take`` -- no
+per-item Python work. Items that do not fit (nested slices, chunks without an origin, another
+number of columns than the table's first located item) are not located; batch assembly falls
+back to reading their chunks.
+
+Recording a location costs one call with no loop (:func:`_adder` generates it per number of
+columns, as ``collections.namedtuple`` generates its classes), so that inserting stays cheap.
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ostinato.core.chunks import Chunk
+
+# -- blocks, process-wide ----------------------------------------------------------------------------
+#: Codes fit the int32 location arrays; past this many blocks new ones are not registered
+#: (their chunks are simply not located).
+_MAX_CODE = 2**31 - 1
+_codes = itertools.count(1)
+_blocks: dict[int, weakref.ref[np.ndarray]] = {}
+
+
+def register_block(block: np.ndarray) -> int | None:
+    """A code for ``block`` (held weakly: the chunks carved out of it keep it alive), or None
+    when no more codes are left."""
+    code = next(_codes)
+    if code > _MAX_CODE:
+        return None
+    def gone(_: object, code: int = code) -> None:
+        _blocks.pop(code, None)
+
+    _blocks[code] = weakref.ref(block, gone)
+    return code
+
+
+def registered_block(code: int) -> np.ndarray | None:
+    """The block registered under ``code``, while it lives."""
+    ref = _blocks.get(code)
+    return None if ref is None else ref()
+
+
+# -- per table ---------------------------------------------------------------------------------------
+class Located:
+    """The locations of a sampled batch: ``rows[i]`` is ``[1, code, first row, length, ...]``
+    (one triple per column) for item ``i``. The blocks are looked up by code when the batch is
+    assembled: the batch's trajectories hold their chunks, whose views hold the blocks."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+
+_ADDERS: dict[int, Callable[[array.array, int, Any], None]] = {}
+
+
+def _adder(ncols: int) -> Callable[[array.array, int, Any], None]:
+    """``add(a, base, traj)``: writes the location of a flat item of ``ncols`` columns at
+    ``a[base:]``, or marks it not located if a chunk has no origin. Generated with the columns
+    unrolled (no loop: recording a location is on every insert's path)."""
+    fn = _ADDERS.get(ncols)
+    if fn is None:
+        cols = range(ncols)
+        unpack = ", ".join(f"c{i}, o{i}, l{i}" for i in cols)
+        origins = "; ".join(f"g{i} = c{i}.origin" for i in cols)
+        missing = " or ".join(f"g{i} is None" for i in cols)
+        values = ", ".join(f"g{i}[0], g{i}[1] + o{i}, l{i}" for i in cols)
+        src = (f"def add(a, base, traj):\n"
+               f"    {unpack}, = traj\n"
+               f"    {origins}\n"
+               f"    if {missing}:\n"
+               f"        a[base] = 0\n"
+               f"        return\n"
+               f"    a[base:base + {1 + 3 * ncols}] = _int32s((1, {values}))\n")
+        scope: dict[str, Any] = {"_int32s": lambda v: array.array("i", v)}
+        exec(compile(src, f"<ostinato.core.locations adder of {ncols} columns>", "exec"), scope)
+        fn = _ADDERS[ncols] = scope["add"]
+    return fn
+
+
+def _contiguous(traj: Any) -> list[int] | None:
+    """The location of an item whose columns may span several chunks (one per slice): each
+    column's slices must be consecutive rows of one block -- as a column's chunks are, when a
+    writer carved them one after the other. None otherwise."""
+    out = [1]
+    for col in traj:
+        code = first = end = None
+        for chunk, off, length in col:
+            origin = chunk.origin
+            if origin is None:
+                return None
+            start = origin[1] + off
+            if code is None:
+                code, first = origin[0], start
+            elif origin[0] != code or start != end:
+                return None
+            end = start + length
+        out += (code, first, end - first)  # type: ignore[operator, arg-type]
+    return out
+
+
+class Locations:
+    """Per slot: where the item's rows are (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self.ncols = 0  # columns of the items located (0: none seen yet)
+        self._stride = 0
+        self._a = array.array("i")
+        self._view: np.ndarray | None = None
+        self._add: Callable[[array.array, int, Any], None] | None = None
+
+    def _setup(self, ncols: int) -> None:
+        self.ncols = ncols
+        self._stride = 1 + 3 * ncols
+        self._a = array.array("i", bytes(4 * self._stride * self._capacity))
+        self._view = np.frombuffer(self._a, dtype=np.int32).reshape(self._capacity, self._stride)
+        self._add = _adder(ncols)
+
+    def grow(self, capacity: int) -> None:
+        """The slots now go up to ``capacity`` (new slots hold no location)."""
+        if self._stride:  # a new array: the numpy view of the old one pins its size
+            a = array.array("i", self._a)
+            a.extend(array.array("i", bytes(4 * self._stride * (capacity - self._capacity))))
+            self._a = a
+            self._view = np.frombuffer(a, dtype=np.int32).reshape(capacity, self._stride)
+        self._capacity = capacity
+
+    def add(self, slot: int, traj: Any) -> None:
+        """Records where the item in ``slot`` has its rows, if it can be located."""
+        if type(traj[0]) is Chunk:  # one slice per column
+            if len(traj) == 3 * self.ncols:
+                self._add(self._a, slot * self._stride, traj)  # type: ignore[misc]
+                return
+            if not self.ncols and traj[0].origin is not None:
+                self._setup(len(traj) // 3)  # the first located item sets the shape
+                self._add(self._a, slot * self._stride, traj)  # type: ignore[misc]
+                return
+        else:
+            located = _contiguous(traj)
+            if located is not None and len(traj) == self.ncols:
+                self._a[slot * self._stride:(slot + 1) * self._stride] = array.array("i", located)
+                return
+        if self._stride:
+            self._a[slot * self._stride] = 0
+
+    def remove(self, slot: int) -> None:
+        """Forgets the item in ``slot``."""
+        if self._stride:
+            self._a[slot * self._stride] = 0
+
+    def clear(self) -> None:
+        """Forgets every item (the shape of item learned is kept)."""
+        if self._view is not None:
+            self._view[:, 0] = 0
+
+    def take(self, slots: np.ndarray) -> Located | None:
+        """The locations of ``slots``, or None unless every one of them is located."""
+        if self._view is None or not len(slots):
+            return None
+        rows = self._view[slots]
+        return Located(rows) if rows[:, 0].all() else None
