@@ -63,7 +63,8 @@ class Chunk:
         one block with a single ``take``. ``None`` otherwise.
     """
 
-    __slots__ = ("key", "data", "episode_id", "refs", "nbytes", "spec", "origin")
+    __slots__ = ("key", "data", "episode_id", "refs", "_nbytes", "spec", "origin", "_store",
+                 "_counted")
 
     def __init__(self, key: int, data: Any, episode_id: int = 0, nbytes: int | None = None,
                  spec: Any = None, origin: tuple[np.ndarray, int] | None = None):
@@ -75,7 +76,24 @@ class Chunk:
         self.origin = origin
         if nbytes is None:
             nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
-        self.nbytes = nbytes
+        self._nbytes = nbytes
+        self._store: ChunkStore | None = None  # the store holding the chunk, while one does
+        self._counted = 0  # the bytes that store counts for it
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the rows take."""
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        # A chunk can change size while a store holds it (a remote writer's open chunk grows
+        # as its rows arrive; a writer trims a partly filled one): the store's byte count
+        # follows, so that it never has to add up its chunks.
+        self._nbytes = value
+        store = self._store  # read after the write: see ChunkStore._hold
+        if store is not None:
+            store._recount(self)
 
     def __repr__(self) -> str:
         return f"Chunk(key={self.key}, episode_id={self.episode_id}, refs={self.refs}, nbytes={self.nbytes})"
@@ -127,24 +145,40 @@ class ChunkStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._chunks: dict[int, Chunk] = {}  # id(chunk) -> chunk
+        self._bytes = 0  # sum of the chunks' nbytes, kept as they come, go and change size
+
+    def _hold(self, c: Chunk) -> None:
+        """A chunk enters the store (lock held). ``_store`` is set before ``nbytes`` is read:
+        a concurrent resize either happened before that read or sees ``_store`` and
+        recounts."""
+        self._chunks[id(c)] = c
+        c._store = self
+        n = c._nbytes
+        c._counted = n
+        self._bytes += n
+
+    def _recount(self, c: Chunk) -> None:
+        with self._lock:
+            if c._store is self:
+                n = c._nbytes
+                self._bytes += n - c._counted
+                c._counted = n
 
     def acquire(self, chunks: Iterable[Chunk]) -> None:
         """Adds one reference to each chunk (a chunk listed twice gets two)."""
         with self._lock:
-            d = self._chunks
             for c in chunks:
                 if c.refs == 0:
-                    d[id(c)] = c
+                    self._hold(c)
                 c.refs += 1
 
     def acquire_many(self, chunks: Sequence[Chunk], counts: Sequence[int]) -> None:
         """Adds ``counts[i]`` references to ``chunks[i]`` (restores, which count them in bulk)."""
         with self._lock:
-            d = self._chunks
             for c, m in zip(chunks, counts):
                 if m:
                     if c.refs == 0:
-                        d[id(c)] = c
+                        self._hold(c)
                     c.refs += m
 
     def release(self, chunks: Iterable[Chunk]) -> None:
@@ -155,6 +189,8 @@ class ChunkStore:
                 c.refs -= 1
                 if c.refs == 0:
                     d.pop(id(c), None)
+                    c._store = None
+                    self._bytes -= c._counted
                 elif c.refs < 0:  # pragma: no cover - would be a bug in the table
                     raise AssertionError(f"chunk {c.key} released more often than acquired")
 
@@ -172,8 +208,13 @@ class ChunkStore:
 
     @property
     def num_bytes(self) -> int:
+        """Bytes of all chunks held (kept up to date as they change: O(1))."""
+        return self._bytes
+
+    def stats(self) -> tuple[int, int]:
+        """``(chunks, bytes)`` held now, read together."""
         with self._lock:
-            return sum(c.nbytes for c in self._chunks.values())
+            return len(self._chunks), self._bytes
 
     def chunks(self) -> list[Chunk]:
         with self._lock:

@@ -9,6 +9,7 @@ a condition of its own, so that inserts do not pay a thread switch each to wake 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,41 @@ from typing import Any
 
 from ostinato import errors
 from ostinato.core.deadline import Deadline
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitStats:
+    """Who is waiting on a table's rate limiter, and for how long they have waited.
+
+    Attributes:
+      blocked_inserters: calls waiting to insert now.
+      blocked_samplers: calls waiting to sample now.
+      insert_wait_seconds: total seconds calls have waited to insert (waits still going on
+        count up to now).
+      sample_wait_seconds: the same for samples.
+    """
+
+    blocked_inserters: int = 0
+    blocked_samplers: int = 0
+    insert_wait_seconds: float = 0.0
+    sample_wait_seconds: float = 0.0
+
+
+class _Waits:
+    """Counters of one kind of wait (inserts or samples), kept under the table lock.
+
+    The time waited is kept as the total of finished waits plus, for waits going on, the sum
+    of their start times, so that it can be read at any moment in O(1)."""
+
+    __slots__ = ("now", "started_sum", "finished_seconds")
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.started_sum = 0.0
+        self.finished_seconds = 0.0
+
+    def seconds(self, now: float) -> float:
+        return self.finished_seconds + self.now * now - self.started_sum
 
 
 class Gate:
@@ -36,6 +72,8 @@ class Gate:
         self._linger_cond = threading.Condition(self.lock)
         self._lingering: list[int] = []  # the batch size each lingering sampler waits for
         self._waiting = 0  # threads blocked in wait()
+        self._insert_waits = _Waits()  # for monitoring (ostinato.ops): who waits, how long
+        self._sample_waits = _Waits()
         self.closed = False
 
     def check_open(self) -> None:
@@ -59,22 +97,42 @@ class Gate:
             (the limiter's counters) and ``err.inserted`` holds ``done`` (what the call had
             already done).
         """
-        while not ready():
-            if self.closed:
-                raise errors.CancelledError(
-                    f"Table {self.name!r} was closed while waiting to {what}.")
-            remaining = deadline.remaining()
-            if remaining is not None and remaining <= 0:
-                err = errors.RateLimiterTimeout(
-                    f"Rate limiter of table {self.name!r} did not allow the {what} before the "
-                    f"deadline ({describe()}).")
-                err.inserted = list(done or [])  # type: ignore[attr-defined]
-                raise err
-            self._waiting += 1
-            try:
-                self.cond.wait(remaining if remaining is not None else 1.0)
-            finally:
-                self._waiting -= 1
+        waits: _Waits | None = None  # set once the call really waits (not for a try)
+        started = 0.0
+        try:
+            while not ready():
+                if self.closed:
+                    raise errors.CancelledError(
+                        f"Table {self.name!r} was closed while waiting to {what}.")
+                remaining = deadline.remaining()
+                if remaining is not None and remaining <= 0:
+                    err = errors.RateLimiterTimeout(
+                        f"Rate limiter of table {self.name!r} did not allow the {what} before "
+                        f"the deadline ({describe()}).")
+                    err.inserted = list(done or [])  # type: ignore[attr-defined]
+                    raise err
+                if waits is None:
+                    waits = self._insert_waits if what == "insert" else self._sample_waits
+                    started = time.monotonic()
+                    waits.now += 1
+                    waits.started_sum += started
+                self._waiting += 1
+                try:
+                    self.cond.wait(remaining if remaining is not None else 1.0)
+                finally:
+                    self._waiting -= 1
+        finally:
+            if waits is not None:  # the lock is held again here
+                waits.now -= 1
+                # (exactly 0 when nobody waits: no rounding drift over a long run)
+                waits.started_sum = waits.started_sum - started if waits.now else 0.0
+                waits.finished_seconds += time.monotonic() - started
+
+    def wait_stats(self) -> WaitStats:
+        """The current :class:`WaitStats` (caller holds :attr:`lock`)."""
+        now = time.monotonic()
+        i, s = self._insert_waits, self._sample_waits
+        return WaitStats(i.now, s.now, i.seconds(now), s.seconds(now))
 
     def linger(self, n: int, seconds: float, deadline: Deadline,
                short: Callable[[], bool]) -> None:

@@ -21,7 +21,7 @@ from ostinato.core import items as items_lib
 from ostinato.core import table_state
 from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.deadline import Deadline
-from ostinato.core.gate import Gate
+from ostinato.core.gate import Gate, WaitStats
 from ostinato.core.keys import key_list
 from ostinato.core.rate_limiter import RateLimiter
 from ostinato.core.selectors import ItemSelector, check_priorities
@@ -159,6 +159,11 @@ class Table(TableSettings):
                 num_deleted_episodes=self._slots.num_deleted_episodes,
                 num_unique_samples=self._num_unique_samples,
             )
+
+    def wait_stats(self) -> WaitStats:
+        """Calls waiting on the rate limiter now, and the seconds waited so far (monitoring)."""
+        with self._lock:
+            return self._gate.wait_stats()
 
     def approx_item_bytes(self) -> float:
         """Bytes of data of one (arbitrary) item, from its chunks' specs; 0 if the table is
