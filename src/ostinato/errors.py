@@ -60,6 +60,10 @@ class ResourceExhaustedError(ReverbError, IndexError):
     """A size limit was hit (Reverb mapped RESOURCE_EXHAUSTED to ``IndexError``)."""
 
 
+class UnimplementedError(ReverbError, NotImplementedError):
+    """The server does not offer the call (an older server, e.g. one without ``Stats``)."""
+
+
 class DecodeError(InvalidArgumentError):
     """A wire message, or data read back from disk, was malformed; nothing was changed."""
 
@@ -103,4 +107,5 @@ __all__ = [
     "ShmError",
     "TableNotFoundError",
     "UnavailableError",
+    "UnimplementedError",
 ]

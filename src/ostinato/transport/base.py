@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.table_info import TableInfo
@@ -73,6 +74,14 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def checkpoint(self, deadline: Deadline) -> str: ...
+
+    def metrics(self, deadline: Deadline) -> dict[str, Any]:
+        """The server's monitoring values (``Server.metrics()``, see :mod:`ostinato.ops.stats`).
+
+        Raises:
+          UnimplementedError: the server (an older one) does not report them.
+        """
+        raise errors.UnimplementedError(f"{type(self).__name__} does not report metrics")
 
     @abc.abstractmethod
     def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,

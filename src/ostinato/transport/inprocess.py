@@ -84,6 +84,12 @@ class InProcessTransport(Transport):
     def checkpoint(self, deadline: Deadline) -> str:
         return self._server.checkpoint()
 
+    def metrics(self, deadline: Deadline) -> dict[str, Any]:
+        if self._server.stopped:
+            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
+                                          self.address)
+        return self._server.metrics()
+
     def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
                       max_pending: int | None = None) -> Delivery:
         """Items go straight into the tables; those the rate limiter holds back wait in one

@@ -36,12 +36,14 @@ class StreamStats:
 
     Attributes:
       active_streams: streams open now.
-      ring_streams: streams that mapped a writer's shared-memory ring.
+      ring_streams: streams that mapped a writer's shared-memory ring (so far).
+      rings_mapped: writers' rings mapped now.
       ring_bytes: row bytes copied out of rings.
     """
 
     active_streams: int = 0
     ring_streams: int = 0
+    rings_mapped: int = 0
     ring_bytes: int = 0
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
@@ -69,6 +71,9 @@ class InsertSession:
         self._chunks.clear()
         if self._ring is not None:
             self._ring.close()
+            self._ring = None
+            with self._stats.lock:
+                self._stats.rings_mapped -= 1
 
     def handle(self, raw: bytes, is_active: Callable[[], bool]) -> Iterator[int | None]:
         """Stores the request's rows and items; yields acks: how many more of its items (in
@@ -100,6 +105,7 @@ class InsertSession:
             self._ring = shm.Mapping(req.ring)
             with self._stats.lock:
                 self._stats.ring_streams += 1
+                self._stats.rings_mapped += 1
         for m in req.segments:
             if isinstance(m, dict) and "m" in m:
                 ref = m.pop("m")

@@ -24,7 +24,13 @@ method         request                                     reply
 ``Reset``      ``{t}``                                     ``{}``
 ``ServerInfo`` ``{}``                                      ``{tables: [table info]}``
 ``Checkpoint`` ``{}``                                      ``{path}``
+``Stats``      ``{}``                                      the server's ``metrics()`` map
+                                                           (:mod:`ostinato.ops.stats`)
 =============  ==========================================  =====================================
+
+The Stats reply is a plain map whose fields :mod:`ostinato.ops.stats` defines (so that new
+fields need no change here); its reader checks the shape -- ``server`` and ``tables`` maps of
+numbers, strings, booleans, None and nested maps -- and bounds its size.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from ostinato.wire import codec
 from ostinato.wire.rows import SegmentedRows
 
 SERVICE = "ostinato.Replay"
-UNARY_METHODS = ("Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint")
+UNARY_METHODS = ("Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint", "Stats")
 INSERT_METHOD = "Insert"
 #: Largest message either side sends or accepts unless configured otherwise.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -291,6 +297,60 @@ def checkpoint_reply(path: str) -> dict:
 
 def parse_checkpoint_reply(msg: Any) -> str:
     return str(codec.req(msg, "path", str))
+
+
+# -- Stats -----------------------------------------------------------------------------------------
+#: Most values (map entries, all levels) a Stats reply may hold: ample for thousands of tables.
+MAX_STATS_VALUES = 1_000_000
+_STATS_DEPTH = 6
+
+
+def stats_request() -> dict:
+    return {}
+
+
+def parse_stats_request(msg: Any) -> None:
+    """A Stats request is a map (its fields, none so far, are ignored)."""
+    if not isinstance(msg, dict):
+        raise DecodeError(f"a Stats request must be a map, got {type(msg).__name__}")
+
+
+def stats_reply(metrics: dict) -> dict:
+    return metrics
+
+
+def parse_stats_reply(msg: Any) -> dict:
+    """The server's metrics map, checked: ``server`` and ``tables`` are maps; every value is a
+    number, string, boolean, None, a list of numbers, or a map of those (string keys)."""
+    if not isinstance(msg, dict):
+        raise DecodeError("a Stats reply must be a map")
+    for field in ("server", "tables"):
+        if not isinstance(msg.get(field), dict):
+            raise DecodeError(f"a Stats reply needs a map {field!r}")
+    budget = [MAX_STATS_VALUES]
+
+    def check(v: Any, depth: int, where: str) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise DecodeError(f"a Stats reply may hold at most {MAX_STATS_VALUES} values")
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return
+        if isinstance(v, list):
+            budget[0] -= len(v)
+            if budget[0] < 0 or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                raise DecodeError(f"Stats field {where!r} must be a list of numbers")
+            return
+        if isinstance(v, dict) and depth < _STATS_DEPTH:
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise DecodeError(f"Stats field {where!r} has a key that is not a string")
+                check(x, depth + 1, f"{where}.{k}")
+            return
+        raise DecodeError(f"Stats field {where!r} has a value of type {type(v).__name__}")
+
+    check(msg, 0, "")
+    return msg
 
 
 # -- ServerInfo ------------------------------------------------------------------------------------

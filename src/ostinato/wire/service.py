@@ -2,7 +2,8 @@
 
 Handlers of service ``ostinato.Replay`` (the messages are in :mod:`ostinato.wire.protocol`):
 ``Insert`` (stream-stream, :mod:`ostinato.wire.inserts`), ``Sample``, ``Mutate``, ``Reset``,
-``ServerInfo``, ``Checkpoint`` (unary).
+``ServerInfo``, ``Checkpoint``, ``Stats`` (unary). Every request is counted by method and
+status, with its bytes (:class:`RequestStats`, read by :mod:`ostinato.ops`).
 
 A malformed request gets ``INVALID_ARGUMENT`` and changes nothing; other clients are not
 affected. Calls that wait on a rate limiter wait in short slices and give up when the client
@@ -24,7 +25,7 @@ from ostinato.core.deadline import Deadline
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol
 from ostinato.wire.inserts import WAIT_SLICE, InsertSession, StreamStats
-from ostinato.wire.status import abort_shm_refused, abort_with
+from ostinato.wire.status import abort_shm_refused, abort_with, code_for
 
 _log = logging.getLogger(__name__)
 
@@ -35,11 +36,54 @@ SAMPLE_LINGER_SECONDS = 0.005
 _DONE: Any = object()
 
 
+class RequestStats:
+    """Requests served, by method and status, and bytes received and sent, by method.
+
+    An Insert stream counts each request message (``OK`` once its items are stored, else the
+    status that ended the stream on it) and each acknowledgement's bytes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[tuple[str, str], int] = {}
+        self._received: dict[str, int] = {}
+        self._sent: dict[str, int] = {}
+
+    def record(self, method: str, status: str | None, received: int, sent: int) -> None:
+        """One request of ``method`` ended with ``status`` (None: not counted as a request,
+        bytes only)."""
+        with self._lock:
+            if status is not None:
+                key = (method, status)
+                self._calls[key] = self._calls.get(key, 0) + 1
+            if received:
+                self._received[method] = self._received.get(method, 0) + received
+            if sent:
+                self._sent[method] = self._sent.get(method, 0) + sent
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"requests": {method: {status: n}}, "received_bytes": {method: n},
+        "sent_bytes": {method: n}}``."""
+        with self._lock:
+            calls = dict(self._calls)
+            received, sent = dict(self._received), dict(self._sent)
+        by_method: dict[str, dict[str, int]] = {}
+        for (method, status), n in sorted(calls.items()):
+            by_method.setdefault(method, {})[status] = n
+        return {"requests": by_method, "received_bytes": received, "sent_bytes": sent}
+
+
+def _status_name(context: grpc.ServicerContext, default: str = "UNKNOWN") -> str:
+    code = getattr(context, "code", lambda: None)()
+    return code.name if isinstance(code, grpc.StatusCode) else default
+
+
 class ReplayService:
     """Handlers of the ``ostinato.Replay`` service for one server.
 
     Attributes:
       streams: counters of the Insert streams (:class:`~ostinato.wire.inserts.StreamStats`).
+      requests: requests and bytes served (:class:`RequestStats`).
     """
 
     def __init__(self, server: Any, *, token: str | None = None,
@@ -50,6 +94,7 @@ class ReplayService:
         self._max_bytes = max_message_bytes
         self._shared_memory = shared_memory
         self.streams = StreamStats()
+        self.requests = RequestStats()
         self._item_bytes: dict[str, float] = {}
 
     @property
@@ -78,26 +123,38 @@ class ReplayService:
             raise errors.TableNotFoundError(name, list(self._server.tables_by_name))
         return t
 
-    def _unary(self, fn: Any) -> Any:
+    def _unary(self, name: str, fn: Any) -> Any:
+        stats = self.requests
+
         def handler(raw: bytes, context: grpc.ServicerContext) -> bytes:
-            self._authorize(context)
+            status = "UNAUTHENTICATED"
+            out = b""
             try:
-                return codec.pack(fn(codec.unpack(raw), context))
-            except grpc.RpcError:
-                raise
-            except Exception as e:  # noqa: BLE001 - every error goes back to the caller
-                if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
-                    _log.exception("internal error in %s", getattr(fn, "__name__", fn))
-                abort_with(context, e)
-                raise  # unreachable: abort raises
+                self._authorize(context)
+                status = "UNKNOWN"
+                try:
+                    out = codec.pack(fn(codec.unpack(raw), context))
+                    status = "OK"
+                    return out
+                except grpc.RpcError:
+                    status = _status_name(context)
+                    raise
+                except Exception as e:  # noqa: BLE001 - every error goes back to the caller
+                    status = code_for(e).name
+                    if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
+                        _log.exception("internal error in %s", getattr(fn, "__name__", fn))
+                    abort_with(context, e)
+                    raise  # unreachable: abort raises
+            finally:
+                stats.record(name, status, len(raw), len(out))
         return handler
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         ident = None  # bytes in, bytes out
-        handlers = {name: grpc.unary_unary_rpc_method_handler(self._unary(getattr(self, fn)))
+        handlers = {name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn)))
                     for name, fn in (("Sample", "sample"), ("Mutate", "mutate"),
                                      ("Reset", "reset"), ("ServerInfo", "server_info"),
-                                     ("Checkpoint", "checkpoint"))}
+                                     ("Checkpoint", "checkpoint"), ("Stats", "stats"))}
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
             self.insert, ident, ident)
         return grpc.method_handlers_generic_handler(protocol.SERVICE, handlers)
@@ -121,30 +178,51 @@ class ReplayService:
     # -- insert -------------------------------------------------------------------------------
     def insert(self, request_iterator: Iterator[bytes],
                context: grpc.ServicerContext) -> Iterator[bytes]:
-        self._authorize(context)
+        method = protocol.INSERT_METHOD
+        stats = self.requests
+        try:
+            self._authorize(context)
+        except BaseException:
+            stats.record(method, "UNAUTHENTICATED", 0, 0)
+            raise
         session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
         with self.streams.lock:
             self.streams.active_streams += 1
+        sent = 0  # ack bytes not yet recorded
+        status = None  # status of the request being handled, once it is known
         try:
             for raw in request_iterator:
+                status = "UNKNOWN"
                 acks = session.handle(raw, context.is_active)
                 while True:
                     try:
                         n = next(acks, _DONE)
                     except grpc.RpcError:
+                        status = _status_name(context)
                         raise
                     except ShmError as e:  # the writer resends inline: nothing was stored
+                        status = "FAILED_PRECONDITION"
                         abort_shm_refused(context, str(e))
                     except Exception as e:  # noqa: BLE001
+                        status = code_for(e).name
                         if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
                             _log.exception("internal error in Insert")
                         abort_with(context, e)
                     if n is _DONE:
                         break
                     if n is None:  # the client went away while we waited
+                        status = "CANCELLED"
                         return
-                    yield protocol.insert_ack(n)
+                    ack = protocol.insert_ack(n)
+                    sent += len(ack)
+                    yield ack
+                stats.record(method, "OK", len(raw), sent)
+                status, sent = None, 0
         finally:
+            if status is not None:  # the stream ended on a request (raw is bound then)
+                if status == "UNKNOWN" and not context.is_active():
+                    status = "CANCELLED"
+                stats.record(method, status, len(raw), sent)
             session.close()
             with self.streams.lock:
                 self.streams.active_streams -= 1
@@ -187,6 +265,10 @@ class ReplayService:
 
     def checkpoint(self, msg: Any, context: grpc.ServicerContext) -> dict:
         return protocol.checkpoint_reply(self._server.checkpoint())
+
+    def stats(self, msg: Any, context: grpc.ServicerContext) -> dict:
+        protocol.parse_stats_request(msg)
+        return protocol.stats_reply(self._server.metrics())
 
 
 def _raise_if_bad_tls(tls: Any) -> None:

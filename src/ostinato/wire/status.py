@@ -52,6 +52,7 @@ _FROM_CODE: dict[grpc.StatusCode, type[errors.ReverbError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
     grpc.StatusCode.UNAUTHENTICATED: errors.FailedPreconditionError,
     grpc.StatusCode.PERMISSION_DENIED: errors.FailedPreconditionError,
+    grpc.StatusCode.UNIMPLEMENTED: errors.UnimplementedError,
 }
 
 

@@ -39,7 +39,7 @@ DEFAULT_MAX_IN_FLIGHT_ITEMS = 4096
 #: requests are in flight wait and go out together in the next one: fewer, larger messages
 #: (the cost of a gRPC message in Python is ~100 us) while the server always has the next one.
 DEFAULT_MAX_IN_FLIGHT_REQUESTS = 2
-_QUICK_CALLS = frozenset({"Mutate", "Reset", "ServerInfo"})
+_QUICK_CALLS = frozenset({"Mutate", "Reset", "ServerInfo", "Stats"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +223,10 @@ class GrpcTransport(Transport):
 
     def checkpoint(self, deadline: Deadline) -> str:
         return protocol.parse_checkpoint_reply(self._call("Checkpoint", {}, deadline))
+
+    def metrics(self, deadline: Deadline) -> dict[str, Any]:
+        """The server's ``metrics()`` (``Stats``); ``UnimplementedError`` from an older server."""
+        return protocol.parse_stats_reply(self._call("Stats", protocol.stats_request(), deadline))
 
     # -- inserts ----------------------------------------------------------------------------------
     def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,

@@ -29,6 +29,7 @@ from ostinato import errors
 from ostinato.core.chunks import Chunk
 from ostinato.core.deadline import Deadline, wait_for
 from ostinato.core.items import chunk_refs
+from ostinato.core.stats import CLIENT
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.status import from_rpc_error, shm_refusal
@@ -53,10 +54,12 @@ class Outbox:
     """Items of one writer not yet confirmed by the server; every method is called with the
     stream's lock held."""
 
-    def __init__(self) -> None:
+    def __init__(self, stats: Any = None) -> None:
         self.queue: deque[Entry] = deque()  # not sent yet
         self.in_flight: deque[list[Entry]] = deque()  # one batch per request awaiting its ack
         self.ring_cost: deque[int] = deque()  # ring bytes each request in flight holds
+        self.sent_at: deque[tuple[float, int]] = deque()  # per request: (when sent, items)
+        self._stats = stats  # ostinato.core.stats target: confirmation latency per request
         self.n_in_flight = 0
         self.n_encoding = 0  # items of the batch being encoded into a request
         self.retry_keys: set[int] = set()  # keys of items resent after a broken connection
@@ -76,6 +79,7 @@ class Outbox:
         self.n_encoding = 0
         self.in_flight.append(batch)
         self.ring_cost.append(ring_cost)
+        self.sent_at.append((time.monotonic(), len(batch)))
         self.n_in_flight += len(batch)
 
     def unsent(self, batch: list[Entry]) -> None:
@@ -94,6 +98,10 @@ class Outbox:
                 freed += self.ring_cost.popleft() if self.ring_cost else 0
                 n -= len(b)
                 self.n_in_flight -= len(b)
+                if self.sent_at:
+                    at, size = self.sent_at.popleft()
+                    if self._stats is not None:
+                        self._stats.confirmed(time.monotonic() - at, size)
             else:
                 del b[:n]
                 self.n_in_flight -= n
@@ -108,6 +116,7 @@ class Outbox:
             self.queue.extendleft(reversed(batch))
         self.in_flight.clear()
         self.ring_cost.clear()
+        self.sent_at.clear()
         self.n_in_flight = 0
 
     def queued_chunk_keys(self) -> set[int]:
@@ -278,7 +287,9 @@ class GrpcWriterStream:
         self._max = transport.options.max_in_flight_items if max_pending is None else max_pending
         self._max_requests = transport.options.max_in_flight_requests
         self._cv = threading.Condition()
-        self._out = Outbox()
+        # Monitoring (ostinato.ops.metrics.client_metrics): items pending, read when asked,
+        # and each request's confirmation latency.
+        self._out = Outbox(CLIENT.register(transport.address, self))
         self._encoder = RequestEncoder(transport)
         self._error: BaseException | None = None  # raised to the writer: the stream stopped
         self._closed = False

@@ -13,12 +13,14 @@ the limiter.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ostinato import errors
 from ostinato.core.deadline import Deadline, wait_for
+from ostinato.core.stats import CLIENT
 
 #: Items a writer may hold that its tables have not accepted yet, before ``create_item`` blocks
 #: (in-process; over the network the client's ``max_in_flight_items`` is the default).
@@ -89,6 +91,8 @@ class Delivery:
         self._inserters: dict[str, Callable[[Sequence[Item]], int]] = {}
         self._max = max_pending
         self._queue: deque[tuple[str, Item]] = deque()
+        self._queued_at: deque[tuple[float, int]] = deque()  # per insert() queued: (when, items)
+        self._stats = CLIENT.register(getattr(sink, "address", "in-process"), self)
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -113,6 +117,7 @@ class Delivery:
                          f"{len(q)} items are waiting for their tables' rate limiters "
                          f"(max_pending_items={self._max})."), self._raise_error, 0.5)
             self._queue.extend((table, it) for it in items)
+            self._queued_at.append((time.monotonic(), len(items)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ostinato-writer",
                                                 daemon=True)
@@ -132,6 +137,7 @@ class Delivery:
             self._closed = True
             dropped = len(self._queue)
             self._queue.clear()
+            self._queued_at.clear()
             self._cv.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -172,4 +178,20 @@ class Delivery:
                 with self._cv:
                     for _ in range(done):
                         self._queue.popleft()
+                    self._delivered(done)
                     self._cv.notify_all()
+
+    def _delivered(self, n: int) -> None:
+        """Records, for monitoring, how long the ``n`` items just delivered waited: once per
+        ``insert()`` whose items are now all in (lock held)."""
+        q = self._queued_at
+        now = time.monotonic()
+        while n > 0 and q:
+            at, size = q[0]
+            if size <= n:
+                q.popleft()
+                n -= size
+                self._stats.confirmed(now - at, size)
+            else:
+                q[0] = (at, size - n)
+                n = 0
