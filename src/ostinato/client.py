@@ -327,6 +327,19 @@ class Client:
         """Asks the server to write a checkpoint; returns its path."""
         return self.transport.checkpoint(Deadline.never())
 
+    def metrics(self, timeout: float | None = None) -> dict[str, Any]:
+        """The server's monitoring values (Ostinato only): tables' sizes, counters and
+        rate-limiter waits, the server's requests, bytes and checkpoints. A sharded client gets
+        them added up, with each server's own under ``"shards"``. See
+        :mod:`ostinato.ops.stats` for the fields.
+
+        Args:
+          timeout: seconds to wait for each server.
+        """
+        from ostinato.ops.stats import collect
+
+        return collect(self, timeout)
+
 
 def _rebuild_client(address: str, options: dict[str, Any], in_process: bool | None) -> Client:
     return Client(address, in_process=in_process, **options)

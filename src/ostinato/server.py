@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,40 @@ from ostinato.core.table import Table
 from ostinato.transport import registry
 
 _log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class CheckpointStats:
+    """What the server's checkpoints took (for monitoring: :meth:`Server.metrics`).
+
+    Attributes:
+      saves: checkpoints written; ``failures``: saves that raised.
+      last_path, last_time (Unix time it finished), last_seconds, last_bytes: the newest
+        checkpoint written by this server (None before the first).
+      restore_path, restore_seconds: the checkpoint loaded at start (None if none).
+    """
+
+    saves: int = 0
+    failures: int = 0
+    last_path: str | None = None
+    last_time: float | None = None
+    last_seconds: float | None = None
+    last_bytes: int | None = None
+    restore_path: str | None = None
+    restore_seconds: float | None = None
+
+
+def _dir_bytes(path: str) -> int | None:
+    """Bytes of the files under ``path`` (a checkpoint directory), or None if unreadable."""
+    total = 0
+    try:
+        for root, _, files in os.walk(path):
+            for f in files:
+                total += os.stat(os.path.join(root, f)).st_size
+    except OSError:
+        return None
+    return total
+
 
 @dataclasses.dataclass(frozen=True)
 class ServerTLS:
@@ -67,6 +102,9 @@ class Server:
       shared_memory: let writers on this machine pass large rows through a shared-memory
         ring instead of gRPC messages (see :mod:`ostinato.wire.shm`; writers fall back to
         sending rows inline when refused). ``False`` refuses every ring.
+      metrics_port: serve Prometheus metrics over HTTP on this port (on ``host``; ``0``
+        picks a free one, see :attr:`metrics_port`). Needs ``pip install 'ostinato[metrics]'``.
+        :meth:`metrics` works without it.
 
     Example:
       >>> server = Server([Table.queue("q", 10)])
@@ -76,7 +114,8 @@ class Server:
     def __init__(self, tables: Sequence[Table] | None = None, port: int | None = None,
                  checkpointer: Any = None, *, host: str = "localhost", token: str | None = None,
                  tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
-                 max_workers: int = 64, shared_memory: bool = True):
+                 max_workers: int = 64, shared_memory: bool = True,
+                 metrics_port: int | None = None):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -97,16 +136,32 @@ class Server:
             raise ValueError("token must be a non-empty string")
         if max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes ({max_message_bytes}) must be >= 1024")
+        if metrics_port is not None and (isinstance(metrics_port, bool)
+                                         or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port < 65536):
+            raise ValueError(f"metrics_port ({metrics_port!r}) must be None or an integer in "
+                             "0..65535")
+        if metrics_port is not None:  # fail before anything starts if the extra is missing
+            from ostinato.ops.metrics import require_prometheus
+
+            require_prometheus()
         self._store = ChunkStore()
         self._tables = {t.name: t for t in tables}
         self._checkpointer = checkpointer
         self._stopped = threading.Event()
+        self.checkpoint_stats = CheckpointStats()
+        self.start_time = time.time()
+        self._metrics_endpoint: Any = None
         if port and (registry.port_in_use(port) or not registry.port_is_free(host, port)):
             raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t.attach(self, self._store)
         if checkpointer is not None:  # before serving, so no call sees a half-restored table
-            checkpointer.restore(list(tables))
+            t0 = time.monotonic()
+            restored = checkpointer.restore(list(tables))
+            if isinstance(restored, str):
+                self.checkpoint_stats.restore_path = restored
+                self.checkpoint_stats.restore_seconds = time.monotonic() - t0
         from ostinato.wire.service import start_grpc_server
 
         try:
@@ -126,6 +181,14 @@ class Server:
                 "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
                 "this address can read and change the replay data.", host, bound)
         _log.info("Ostinato server started on %s:%d with tables %s", host, bound, ", ".join(names))
+        if metrics_port is not None:
+            from ostinato.ops.metrics import serve
+
+            try:
+                self._metrics_endpoint = serve(metrics_port, server=self, host=host)
+            except BaseException:
+                self.stop()
+                raise
         if checkpointer is not None:
             checkpointer.start_periodic(self.checkpoint)
 
@@ -134,12 +197,31 @@ class Server:
         return self._port
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port of the Prometheus endpoint (``metrics_port=``), or None."""
+        e = self._metrics_endpoint
+        return None if e is None else e.port
+
+    def metrics(self) -> dict[str, Any]:
+        """The values the metrics endpoint exports, as a dict (see :mod:`ostinato.ops.stats`
+        for the fields); needs no extra packages."""
+        from ostinato.ops.stats import server_metrics
+
+        return server_metrics(self)
+
+    @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
     @property
     def tables_by_name(self) -> dict[str, Table]:
         return self._tables
+
+    @property
+    def service(self) -> Any:
+        """The gRPC service (:class:`~ostinato.wire.service.ReplayService`): its counters of
+        requests and writer streams."""
+        return self._service
 
     @property
     def chunk_store(self) -> ChunkStore:
@@ -164,7 +246,18 @@ class Server:
             self._checkpointer = TempDirCheckpointer()
             _log.info("no checkpointer configured; writing checkpoints under %s",
                       self._checkpointer.path)
-        return self._checkpointer.save(list(self._tables.values()))
+        t0 = time.monotonic()
+        stats = self.checkpoint_stats
+        try:
+            path = self._checkpointer.save(list(self._tables.values()))
+        except BaseException:
+            stats.failures += 1
+            raise
+        stats.last_seconds = time.monotonic() - t0
+        stats.last_path, stats.last_time = path, time.time()
+        stats.last_bytes = _dir_bytes(path) if isinstance(path, str) else None
+        stats.saves += 1
+        return path
 
     def stop(self) -> None:
         """Stops serving: blocked calls wake with an error, later calls fail. Idempotent."""
@@ -172,6 +265,8 @@ class Server:
             return
         if self._checkpointer is not None:
             self._checkpointer.stop_periodic()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
         for t in self._tables.values():
             t.close()
         # A short grace lets the calls just woken above send their CANCELLED replies.
