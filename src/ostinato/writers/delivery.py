@@ -176,9 +176,10 @@ class Delivery:
                 return
             if done:
                 with self._cv:
-                    for _ in range(done):
-                        self._queue.popleft()
-                    self._delivered(done)
+                    if not self._closed:  # close() emptied the queue meanwhile
+                        for _ in range(done):
+                            self._queue.popleft()
+                        self._delivered(done)
                     self._cv.notify_all()
 
     def _delivered(self, n: int) -> None:
