@@ -381,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a final checkpoint on SIGTERM/SIGINT")
     p.add_argument("--no-shared-memory", action="store_true",
                    help="refuse writers' shared-memory rings (rows then always travel over gRPC)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on this port (needs ostinato[metrics])")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
@@ -394,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--token must not be empty")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        parser.error(f"--metrics-port ({args.metrics_port}) must be in 0..65535")
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ostinato import checkpointers
@@ -429,9 +433,11 @@ def main(argv: list[str] | None = None) -> int:
                               "shared_memory": not args.no_shared_memory}
     if args.host:
         kwargs["host"] = args.host
+    if args.metrics_port is not None:
+        kwargs["metrics_port"] = args.metrics_port
     try:  # a bad port, a port in use, a checkpoint that does not fit the tables, bad TLS keys
         server = Server(tables, port=port, checkpointer=checkpointer, **kwargs)
-    except (ValueError, OSError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError, ImportError) as e:
         print(f"ostinato-server: cannot start: {e}", file=sys.stderr)
         return 1
     stopping = threading.Event()
@@ -454,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # Announced only once the handlers are in place: a signal sent on seeing this line (as
     # process managers and the tests do) stops the server gracefully, never kills it outright.
+    if server.metrics_port is not None:
+        _log.info("Prometheus metrics on port %d", server.metrics_port)
     print(f"ostinato-server listening on port {server.port}", flush=True)
     while not server.wait(0.5):
         pass

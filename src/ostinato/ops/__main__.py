@@ -1,0 +1,7 @@
+"""``python -m ostinato.ops top|info ADDRESS``: the ``ostinato`` command."""
+
+import sys
+
+from ostinato.ops.cli import main
+
+sys.exit(main())
