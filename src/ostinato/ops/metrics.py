@@ -64,8 +64,8 @@ SERVER_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("chunks", "ostinato_server_chunks", "gauge",
      "Chunks stored (shared by all tables of the server)."),
     ("chunk_bytes", "ostinato_server_chunk_bytes", "gauge",
-     "Bytes of row data stored (all tables; as received, compressed where the writer "
-     "compressed)."),
+     "Bytes of row data held for all tables (uncompressed; a chunk that a writer in the "
+     "server's process is still filling counts its whole buffer)."),
     ("writer_streams", "ostinato_server_writer_streams", "gauge",
      "Insert streams (remote writers) open now."),
     ("rings_mapped", "ostinato_server_shm_rings", "gauge",

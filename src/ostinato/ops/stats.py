@@ -188,7 +188,7 @@ def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _source(ok: list[dict[str, Any]]) -> str:
-    kinds = {s.get("source") for s in ok}
+    kinds = {str(s.get("source")) for s in ok}
     if not kinds:
         return "none"
     return kinds.pop() if len(kinds) == 1 else "mixed"
