@@ -52,6 +52,9 @@ def test_the_statefulset_runs_ostinato_server_with_valid_flags(manifest):
     assert args.checkpoint_dir.startswith(mounts["data"] + "/")
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
     assert [e["name"] for e in container["env"]] == ["OSTINATO_TOKEN"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert ports["metrics"] == args.metrics_port == int(annotations["prometheus.io/port"])
 
 
 def test_the_dockerfile_runs_ostinato_server_with_valid_flags():
@@ -63,4 +66,5 @@ def test_the_dockerfile_runs_ostinato_server_with_valid_flags():
     assert 'ostinato-server = "ostinato.cli:main"' in pyproject
     args = cli.build_parser().parse_args(cmd)
     assert args.host == "0.0.0.0" and args.checkpoint_dir.startswith("/data/")
-    assert f"EXPOSE {args.port}" in text
+    assert re.search(rf"^EXPOSE {args.port} {args.metrics_port}$", text, re.M)
+    assert '".[yaml,metrics]"' in text  # --metrics-port needs the extra
