@@ -91,6 +91,7 @@ def render_png(ansi: str, out: Path, font_size: int = 15) -> None:
     """Draws captured terminal text (with SGR colour codes) on a dark background."""
     from PIL import Image, ImageDraw, ImageFont
     from rich.color import Color
+    from rich.terminal_theme import MONOKAI
     from rich.text import Text
 
     fonts = Path("/usr/share/fonts/truetype/dejavu")
@@ -104,14 +105,14 @@ def render_png(ansi: str, out: Path, font_size: int = 15) -> None:
     cw = int(round(regular.getlength("M")))
     ch = int(font_size * 1.35)
     pad = 16
-    bg, fg = (24, 26, 33), (214, 218, 224)
+    bg, fg = tuple(MONOKAI.background_color), tuple(MONOKAI.foreground_color)
     img = Image.new("RGB", (cols * cw + 2 * pad, len(texts) * ch + 2 * pad), bg)
     draw = ImageDraw.Draw(img)
 
     def rgb(color: Color | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
         if color is None or color.is_default:
             return default
-        t = color.get_truecolor()
+        t = color.get_truecolor(MONOKAI)  # the 16 standard colours as a terminal shows them
         return (t.red, t.green, t.blue)
 
     for row, text in enumerate(texts):

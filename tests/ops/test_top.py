@@ -19,7 +19,7 @@ from rich.console import Console
 
 import ostinato as reverb
 from ostinato.ops import cli
-from ostinato.ops.top import TopModel, fmt_bytes, fmt_count, fmt_seconds
+from ostinato.ops.top import TopModel, fmt_bytes, fmt_count, fmt_rate, fmt_seconds, fmt_short
 
 ROOT = Path(__file__).resolve().parents[2]
 OSTINATO = f"{sys.executable} -m ostinato.ops"
@@ -83,9 +83,24 @@ def test_the_view_of_a_sharded_set_and_of_failures():
     assert "without the Stats call" in text and "n/a" in text
 
 
+def test_a_min_size_limiter_has_no_ratio_target():
+    v = _values(10, 0)
+    v["tables"]["replay"].update(min_diff=-1.8e308, max_diff=1.8e308, samples_per_insert=1.0)
+    m = TopModel("h:1", 1.0)
+    m.update(v, now=0.0)
+    v2 = _values(20, 5)
+    v2["tables"]["replay"].update(min_diff=-1.8e308, max_diff=1.8e308, samples_per_insert=1.0)
+    m.update(v2, now=1.0)
+    row = next(line for line in _text(m.render()).splitlines() if "replay" in line)
+    assert "0.50 " in row and "(1)" not in row and "[-∞, ∞]" in row
+
+
 def test_formatting():
     assert [fmt_count(x) for x in (None, 5, 1234, 123_456, 12_345_678, 2.5, 1.8e308)] == [
         "-", "5", "1,234", "123k", "12.3M", "2.50", "∞"]
+    assert [fmt_short(x) for x in (950, 4000, 12_500, 2e6, -1.8e308, 0.5)] == [
+        "950", "4k", "12.5k", "2M", "-∞", "0.50"]
+    assert [fmt_rate(x) for x in (None, 3.14, 395.9, 3111.5)] == ["-", "3.1", "396", "3,112"]
     assert fmt_bytes(1536) == "1.5 KiB" and fmt_bytes(10) == "10 B"
     assert [fmt_seconds(x) for x in (0.25, 5, 125, 7300, 200_000)] == [
         "250 ms", "5.0 s", "2m 05s", "2h 01m", "2d 7h"]
@@ -130,12 +145,12 @@ def test_top_in_a_real_terminal_quits_and_restores_it(make_server, quit_key):
             term.type(f"{OSTINATO} top {address} --interval 0.3; echo EXIT=$?; "
                       "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$'")
             screen = term.wait_for(
-                lambda s: "replay" in s and "queue" in s and re.search(r"\d+ / 1,000", s)
+                lambda s: "replay" in s and "queue" in s and re.search(r"\d+ / 1k", s)
                 and "samples/insert" in s, what="the tables")
             assert f"ostinato top  {address}" in screen
             assert "q quit" in screen
             # the rates appear from the second refresh on
-            term.wait_for(lambda s: re.search(r"replay\s+\S+\s+[\d,]+ / 1,000\s+[\d.,k]+\s+",
+            term.wait_for(lambda s: re.search(r"replay\s+\S+\s+[\d,]+ / 1k\s+[\d.,k]+\s+",
                                               s) is not None, what="rates")
             term.keys(quit_key)
             screen = term.wait_for(_restored, timeout=15, what="top to exit")

@@ -52,6 +52,29 @@ def fmt_count(n: float | None) -> str:
     return f"{n:,.1f}" if a >= 10 else f"{n:.2f}"
 
 
+def fmt_short(n: float | None) -> str:
+    """Compact: 950 -> '950', 4000 -> '4k', 12_500 -> '12.5k', 2e6 -> '2M'."""
+    if n is None:
+        return "-"
+    a = abs(n)
+    if not math.isfinite(n) or a >= 1e300:
+        return "∞" if n > 0 else "-∞"
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            v = n / div
+            return f"{v:.0f}{suffix}" if v == int(v) or abs(v) >= 100 else f"{v:.1f}{suffix}"
+    return f"{n:.0f}" if float(n).is_integer() or a >= 10 else f"{n:.2f}"
+
+
+def fmt_rate(n: float | None) -> str:
+    """Per-second rates: whole numbers from 100 up, one decimal below."""
+    if n is None:
+        return "-"
+    if abs(n) >= 1e5:
+        return fmt_count(n)
+    return f"{n:,.0f}" if abs(n) >= 100 else f"{n:.1f}"
+
+
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "-"
@@ -77,11 +100,19 @@ def fmt_seconds(s: float | None) -> str:
     return f"{h // 24}d {h % 24}h"
 
 
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
 def size_bar(size: int, max_size: int, width: int = BAR_WIDTH) -> Text:
+    """``width`` cells filled in eighths: green, yellow from 90 %, cyan when full."""
     frac = min(1.0, size / max_size) if max_size else 0.0
-    full = int(round(frac * width))
+    eighths = int(round(frac * width * 8))
+    if size > 0 and eighths == 0:
+        eighths = 1  # not empty: show it
+    full, part = divmod(eighths, 8)
     color = "green" if frac < 0.9 else "yellow" if frac < 1.0 else "cyan"
-    return Text.assemble(("█" * full, color), ("░" * (width - full), "grey35"))
+    bar = "█" * full + (_EIGHTHS[part] if part else "")
+    return Text.assemble((bar, color), ("░" * (width - len(bar)), "grey35"))
 
 
 # -- rates ----------------------------------------------------------------------------------------
@@ -199,26 +230,27 @@ class TopModel:
         req_n = _requests_total(server)
         rx_n = sum((server.get("received_bytes") or {}).values())
         tx_n = sum((server.get("sent_bytes") or {}).values())
-        line = Text.assemble(
+        yield Text.assemble(
             ("stored ", "grey70"), (fmt_bytes(server.get("chunk_bytes")), "bold"),
             (f" in {fmt_count(server.get('chunks'))} chunks", "grey70"),
             ("  ·  writer streams ", "grey70"), (fmt_count(server.get("writer_streams")), "bold"),
             ("  ·  shm rings ", "grey70"), (fmt_count(server.get("rings_mapped")), "bold"))
         if totals:
-            line.append_text(Text.assemble(
-                ("  ·  requests ", "grey70"), (fmt_count(req_n), "bold"),
-                ("  ·  in ", "grey70"), (fmt_bytes(rx_n), "bold"),
-                ("  out ", "grey70"), (fmt_bytes(tx_n), "bold")))
+            yield Text.assemble(
+                ("requests ", "grey70"), (fmt_count(req_n), "bold"),
+                ("  ·  received ", "grey70"), (fmt_bytes(rx_n), "bold"),
+                ("  ·  sent ", "grey70"), (fmt_bytes(tx_n), "bold"))
         else:
             req = _rate(req_n, _requests_total(prev) if prev else None, dt)
             rx = _rate(rx_n, sum((prev.get("received_bytes") or {}).values()) if prev else None,
                        dt)
             tx = _rate(tx_n, sum((prev.get("sent_bytes") or {}).values()) if prev else None, dt)
-            line.append_text(Text.assemble(
-                ("  ·  requests/s ", "grey70"), (fmt_count(req), "bold"),
-                ("  ·  in ", "grey70"), (fmt_bytes(rx) + "/s" if rx is not None else "-", "bold"),
-                ("  out ", "grey70"), (fmt_bytes(tx) + "/s" if tx is not None else "-", "bold")))
-        yield line
+            yield Text.assemble(
+                ("requests/s ", "grey70"), (fmt_rate(req), "bold"),
+                ("  ·  received ", "grey70"),
+                (fmt_bytes(rx) + "/s" if rx is not None else "-", "bold"),
+                ("  ·  sent ", "grey70"),
+                (fmt_bytes(tx) + "/s" if tx is not None else "-", "bold"))
         ck = server.get("checkpoint") or {}
         if ck.get("last_time") is None:
             yield Text.assemble(("checkpoint ", "grey70"), ("none written yet", "yellow"),
@@ -245,7 +277,7 @@ class TopModel:
         grid.add_column("inserts\n/s", justify="right")
         grid.add_column("samples\n/s", justify="right")
         grid.add_column("samples/insert\n(target)", justify="right")
-        grid.add_column("limiter diff\n[min, max]", justify="right")
+        grid.add_column(Text("limiter diff\n[min, max]"), justify="right")
         grid.add_column("writers\nblocked", justify="right")
         grid.add_column("samplers\nblocked", justify="right")
         self._bars = bars
@@ -270,28 +302,32 @@ class TopModel:
         ins = _rate(t.get("inserts"), p.get("inserts"), dt)
         smp = _rate(t.get("samples"), p.get("samples"), dt)
         target = t.get("samples_per_insert")
+        lo, hi = t.get("min_diff"), t.get("max_diff")
+        if lo is not None and hi is not None and min(-lo, hi) >= 1e300:
+            target = None  # no ratio is kept (MinSize): nothing to compare with
         ratio: Text
         if ins and smp is not None:
             r = smp / ins
             ok = target is not None and abs(r - target) <= 0.2 * target
-            ratio = Text.assemble((f"{r:.2f}", "green" if ok else "yellow"),
-                                  (f" ({target:g})", "grey62"))
+            ratio = Text.assemble((f"{r:.2f}", "green" if ok else "default" if target is None
+                                   else "yellow"),
+                                  (f" ({target:g})" if target is not None else "", "grey62"))
         else:
             ratio = Text(f"- ({target:g})" if target is not None else "-", style="grey62")
         diff = t.get("diff")
         if diff is None:
             limiter = Text("-", style="grey62")
         else:
-            lo, hi = t.get("min_diff"), t.get("max_diff")
-            at_edge = (hi is not None and diff >= hi - max(1.0, target or 1.0)) or \
+            spi = t.get("samples_per_insert") or 1.0
+            at_edge = (hi is not None and diff >= hi - max(1.0, spi)) or \
                       (lo is not None and diff <= lo + 1.0)
-            limiter = Text.assemble((fmt_count(diff), "yellow" if at_edge else "default"),
-                                    (f" [{fmt_count(lo)}, {fmt_count(hi)}]", "grey62"))
+            limiter = Text.assemble((fmt_short(diff), "yellow" if at_edge else "default"),
+                                    (f" [{fmt_short(lo)}, {fmt_short(hi)}]", "grey62"))
         cells: list[RenderableType] = [
             Text(name, style="grey62" if dim else "bold"),
             size_bar(int(t.get("size") or 0), int(t.get("max_size") or 0)),
-            Text(f"{fmt_count(t.get('size'))} / {fmt_count(t.get('max_size'))}"),
-            Text(fmt_count(ins)), Text(fmt_count(smp)), ratio, limiter,
+            Text(f"{fmt_count(t.get('size'))} / {fmt_short(t.get('max_size'))}"),
+            Text(fmt_rate(ins)), Text(fmt_rate(smp)), ratio, limiter,
             self._blocked(t.get("blocked_inserters"), t.get("insert_blocked_seconds"),
                           p.get("insert_blocked_seconds"), "red"),
             self._blocked(t.get("blocked_samplers"), t.get("sample_blocked_seconds"),
