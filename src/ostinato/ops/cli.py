@@ -95,8 +95,12 @@ def _info(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        json.dump(json_safe(values), sys.stdout, indent=2, sort_keys=True, allow_nan=False)
-        sys.stdout.write("\n")
+        try:
+            json.dump(json_safe(values), sys.stdout, indent=2, sort_keys=True, allow_nan=False)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `ostinato info --json | head`: the reader left early
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     from rich.console import Console
 
