@@ -97,8 +97,8 @@ def test_blocked_inserter_is_counted_while_it_waits_and_for_as_long(make_server)
     t = _table(server, "t")
     assert t["blocked_inserters"] == 0
     assert t["inserts"] == 4
-    waited = th.t1 - th.t0
-    assert waited - 0.1 <= t["insert_blocked_seconds"] <= waited
+    waited = th.t1 - th.t0  # the whole call: a little more than its wait
+    assert waited - 0.3 <= t["insert_blocked_seconds"] <= waited
     # Finished waits no longer grow.
     before = t["insert_blocked_seconds"]
     time.sleep(0.1)
@@ -123,7 +123,7 @@ def test_blocked_samplers_are_counted_and_timed(make_server):
     t = _table(server, "m")
     assert t["blocked_samplers"] == 0 and t["blocked_inserters"] == 0
     total = sum(th.t1 - th.t0 for th in threads)
-    assert total - 0.2 <= t["sample_blocked_seconds"] <= total
+    assert total - 0.5 <= t["sample_blocked_seconds"] <= total
 
 
 def test_remote_writer_and_sampler_blocked_over_grpc(make_server):
