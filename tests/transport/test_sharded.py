@@ -52,3 +52,33 @@ def test_sharded_priority_updates_reach_the_right_shard(make_server):
     assert client.server_info()["p"].current_size == 15
     client.reset("p")
     assert client.server_info()["p"].current_size == 0
+
+
+def test_sampling_leaves_out_a_shard_that_went_away(make_server):
+    servers = [make_server(_table()) for _ in range(2)]
+    client = reverb.Client([f"localhost:{s.port}" for s in servers], in_process=False,
+                           unavailable_timeout=0.5)
+    for _ in range(2):
+        with client.trajectory_writer(1) as w:  # one writer per shard
+            for i in range(10):
+                w.append({"x": np.int64(i)})
+                w.create_item("t", 1.0, {"x": w.history["x"][-1:]})
+    servers[0].stop()
+    import time
+
+    got = 0
+    t0 = time.monotonic()
+    for _ in range(20):  # the first call may wait for the dead shard; later ones do not
+        got += len(client.sample_batch("t", 4, timeout=5).info.key)
+    assert got == 80
+    assert time.monotonic() - t0 < 15
+
+
+def test_calls_to_every_shard_are_made_concurrently_over_the_network(make_server):
+    servers = [make_server(_table()) for _ in range(4)]
+    client = reverb.Client([f"localhost:{s.port}" for s in servers], in_process=False)
+    client.insert(np.int64(1), {"t": 1.0})
+    assert client.server_info()["t"].current_size == 1
+    client.reset("t")
+    assert client.server_info()["t"].current_size == 0
+    assert len(client.checkpoint().split(",")) == 4

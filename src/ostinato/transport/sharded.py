@@ -3,10 +3,15 @@
 * Writers: each writer stream is pinned to one shard, chosen round-robin, so the rows an item
   needs always live where the item goes; ``Client.insert`` rotates per call.
 * Sampling: each request goes to the next shard in turn; a shard whose rate limiter does not
-  admit a sample right away is skipped for one that does, before waiting on one.
+  admit a sample right away is skipped for one that does, before waiting on one; a shard that
+  could not be reached is left out for a few seconds.
 * Priority updates and deletes go to the shard that returned the key (remembered for recently
   sampled keys); keys it does not know are sent to every shard (shards ignore unknown keys).
-* ``server_info`` adds up sizes and counters across shards; ``reset`` and ``checkpoint`` go to all.
+* ``server_info`` adds up sizes and counters across shards; ``reset`` and ``checkpoint`` go to all
+  (concurrently over the network, as do updates of keys the client did not sample). The
+  round-robin starts at the first address, so that a client is reproducible: clients in many
+  processes should list the addresses in different orders (``ostinato.ray``'s
+  ``ShardGroup.client()`` does), or their first writers all go to one shard.
 
 To use a gRPC load balancer instead, give the client the balancer's single address: every call
 then goes to whichever backend the balancer picks. That works for inserts from
@@ -20,9 +25,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +42,9 @@ from ostinato.transport.base import TableMeta, Transport
 from ostinato.writers.delivery import WriterStream
 
 _KEY_MEMORY = 1_000_000
+#: Seconds a shard that could not be reached is left out of sampling.
+_DOWN_SECONDS = 2.0
+_T = TypeVar("_T")
 
 
 class ShardedTransport(Transport):
@@ -49,6 +59,8 @@ class ShardedTransport(Transport):
         self._rr = itertools.count()
         self._lock = threading.Lock()
         self._key_shard: OrderedDict[int, int] = OrderedDict()
+        self._down_until = [0.0] * len(self.shards)  # a shard that was unreachable is skipped
+        self._executor: ThreadPoolExecutor | None = None
 
     def _next(self) -> int:
         return next(self._rr) % len(self.shards)
@@ -75,9 +87,24 @@ class ShardedTransport(Transport):
                     known.setdefault(s, []).append(i)
         return known, unknown
 
+    def _each(self, fn: Callable[[Transport], _T]) -> list[_T]:
+        """``fn(shard)`` for every shard, in shard order: one after another in this process,
+        concurrently over the network (the slowest shard's time, not the sum)."""
+        if len(self.shards) == 1 or self.is_local:
+            return [fn(s) for s in self.shards]
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=min(16, len(self.shards)),
+                                                    thread_name_prefix="ostinato-shards")
+            executor = self._executor
+        return list(executor.map(fn, self.shards))
+
+    def _up(self, i: int) -> bool:
+        return self._down_until[i] <= time.monotonic()
+
     # -- Transport ----------------------------------------------------------------------------
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]:
-        infos = [s.server_info(deadline) for s in self.shards]
+        infos = self._each(lambda s: s.server_info(deadline))
         merged: dict[str, TableInfo] = {}
         for name, first in infos[0].items():
             parts = [i[name] for i in infos if name in i]
@@ -118,14 +145,21 @@ class ShardedTransport(Transport):
         start = self._next()
         n = len(self.shards)
         if n > 1:  # first look for a shard that can answer at once
-            for j in range(n):
-                i = (start + j) % n
+            order = [(start + j) % n for j in range(n)]
+            up = [i for i in order if self._up(i)] or order
+            for i in up:
                 try:
                     batch = self.shards[i].sample(table, num_samples, Deadline.after(0))
                 except errors.RateLimiterTimeout:
                     continue
+                except errors.UnavailableError:
+                    # Skipped for a while (a Ray or Kubernetes restart takes seconds) while
+                    # the other shards serve; tried again after that.
+                    self._down_until[i] = time.monotonic() + _DOWN_SECONDS
+                    continue
                 self._remember(batch.keys, i)
                 return batch
+            start = next((i for i in order if self._up(i)), start)
         batch = self.shards[start].sample(table, num_samples, deadline)
         self._remember(batch.keys, start)
         return batch
@@ -148,8 +182,8 @@ class ShardedTransport(Transport):
         for s, pos in known.items():
             total += self.shards[s].update_priorities(table, k[pos], p[pos], deadline)
         if unknown:
-            for shard in self.shards:
-                total += shard.update_priorities(table, k[unknown], p[unknown], deadline)
+            ku, pu = k[unknown], p[unknown]
+            total += sum(self._each(lambda s: s.update_priorities(table, ku, pu, deadline)))
         return total
 
     def delete(self, table: str, keys: Any, deadline: Deadline) -> int:
@@ -159,8 +193,8 @@ class ShardedTransport(Transport):
         for s, pos in known.items():
             total += self.shards[s].delete(table, k[pos], deadline)
         if unknown:
-            for shard in self.shards:
-                total += shard.delete(table, k[unknown], deadline)
+            ku = k[unknown]
+            total += sum(self._each(lambda s: s.delete(table, ku, deadline)))
         return total
 
     def mutate_priorities(self, table: str, updates: dict[int, float] | None,
@@ -175,12 +209,15 @@ class ShardedTransport(Transport):
             self.update_priorities(table, list(updates.keys()), p, deadline)
 
     def reset(self, table: str, deadline: Deadline) -> None:
-        for s in self.shards:
-            s.reset(table, deadline)
+        self._each(lambda s: s.reset(table, deadline))
 
     def checkpoint(self, deadline: Deadline) -> str:
-        return ",".join(s.checkpoint(deadline) for s in self.shards)
+        return ",".join(self._each(lambda s: s.checkpoint(deadline)))
 
     def close(self) -> None:
         for s in self.shards:
             s.close()
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
