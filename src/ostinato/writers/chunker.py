@@ -142,6 +142,7 @@ class ColumnChunker:
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
         self.dtype: np.dtype | None = None
+        self._numeric = False  # the column holds no strings (values need no conversion)
         self._object_scalar = False
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
@@ -222,6 +223,7 @@ class ColumnChunker:
 
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
+        self._numeric = arr.dtype.kind != "O"
         self.shape = arr.shape
         self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
@@ -233,11 +235,19 @@ class ColumnChunker:
 
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
-        arr = value if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU" \
-            else to_array(value, self.path)
-        if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
-                or self._episode != episode_id:
-            self._slow_path(arr, episode_id)
+        # Fast path: an array or numpy scalar whose dtype is the column's, by identity (numpy
+        # shares one dtype object per built-in type), of a column that is not of strings (those
+        # are converted by to_array).
+        if type(value) in _FAST_TYPES and value.dtype is self.dtype and self._numeric:
+            arr = value
+            if arr.shape != self.shape or self._n >= self._rows or self._episode != episode_id:
+                self._slow_path(arr, episode_id)
+        else:
+            arr = value if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU" \
+                else to_array(value, self.path)
+            if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
+                    or self._episode != episode_id:
+                self._slow_path(arr, episode_id)
         n = self._n
         if self._object_scalar:
             self._buf[n, ...] = arr  # type: ignore[index]  # stores the bytes, not the 0-d array

@@ -174,8 +174,9 @@ class ColumnHistory:
             # Fast path for the common ``h[-k:]`` (the newest k steps).
             buf = self._buf
             k = -index.start
-            if k <= len(buf):
-                refs = tuple([buf[i] for i in range(-k, 0)])
+            n = len(buf)
+            if k <= n:
+                refs = tuple(itertools.islice(buf, n - k, None))
                 if None not in refs:
                     return _run_column(refs, False, self._path)
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
