@@ -38,6 +38,8 @@ import sys
 import threading
 from typing import Any
 
+from ostinato.argtypes import positive
+
 _log = logging.getLogger("ostinato.cli")
 
 
@@ -332,19 +334,6 @@ def _progress_bar() -> Any:
     return cb
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-        return v
-
-    return parse
-
-
 def _read_pem(path: str, flag: str) -> bytes:
     try:
         with open(path, "rb") as f:
@@ -373,9 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
                    help="shared secret clients must send (default $OSTINATO_TOKEN)")
     p.add_argument("--checkpoint-dir", help="checkpoint root (restored from on start)")
-    p.add_argument("--checkpoint-every", type=_positive(float),
+    p.add_argument("--checkpoint-every", type=positive(float),
                    help="seconds between checkpoints")
-    p.add_argument("--checkpoint-keep", type=_positive(int),
+    p.add_argument("--checkpoint-keep", type=positive(int),
                    help="checkpoints to keep (default 1)")
     p.add_argument("--checkpoint-on-exit", action="store_true",
                    help="write a final checkpoint on SIGTERM/SIGINT")

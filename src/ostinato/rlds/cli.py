@@ -29,19 +29,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ostinato.argtypes import positive
+
 _log = logging.getLogger("ostinato.rlds.cli")
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-        return value
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,11 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what SOURCE is (auto: a directory with dataset_info.json is RLDS, "
                         "anything else Minari)")
     p.add_argument("--split", default="train", help="TFDS split to read (RLDS; default train)")
-    p.add_argument("--episodes", type=_positive(int), default=None,
+    p.add_argument("--episodes", type=positive(int), default=None,
                    help="write only the first N episodes")
-    p.add_argument("--sequence-length", type=_positive(int), default=2,
+    p.add_argument("--sequence-length", type=positive(int), default=2,
                    help="steps per item (default 2: one transition)")
-    p.add_argument("--stride-length", type=_positive(int), default=1,
+    p.add_argument("--stride-length", type=positive(int), default=1,
                    help="steps between the starts of consecutive items (default 1)")
     p.add_argument("--priority", type=float, default=1.0, help="priority of every item")
     p.add_argument("--pad-end-of-episodes", action="store_true",
@@ -71,15 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with padding, write every window that runs into the padding")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show steps, episodes and steps/s (default: when stderr is a terminal)")
-    p.add_argument("--timeout", type=_positive(float), default=None,
+    p.add_argument("--timeout", type=positive(float), default=None,
                    help="seconds any one wait on the server may take (rate limiter, flush)")
-    p.add_argument("--max-pending-items", type=_positive(int), default=512,
+    p.add_argument("--max-pending-items", type=positive(int), default=512,
                    help="items sent but not yet confirmed by the server at most (default 512: "
                         "small insert requests, so samplers are answered between them)")
-    p.add_argument("--max-rate", type=_positive(float), default=None, metavar="STEPS_PER_S",
+    p.add_argument("--max-rate", type=positive(float), default=None, metavar="STEPS_PER_S",
                    help="write at most this many steps per second (leaves a busy server's "
                         "time to its samplers; default: as fast as it goes)")
-    p.add_argument("--connect-timeout", type=_positive(float), default=30.0,
+    p.add_argument("--connect-timeout", type=positive(float), default=30.0,
                    help="seconds to keep retrying while the server cannot be reached")
     p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
                    help="the server's shared secret (default $OSTINATO_TOKEN)")

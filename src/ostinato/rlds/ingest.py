@@ -341,3 +341,22 @@ class TableSink:
                 self._writer.flush(timeout_ms=self._timeout_ms)
         finally:
             self._writer.close()
+
+    def run(self, push: Callable[[], int],
+            keep_on: tuple[type[BaseException], ...] = (ValueError,)) -> int:
+        """Calls ``push`` and closes the writer; returns what ``push`` returned.
+
+        When ``push`` raises one of ``keep_on`` (a malformed episode), the items written before
+        it are flushed (that episode's own were never handed to the writer); on any other
+        exception the writer is closed without flushing.
+        """
+        try:
+            count = push()
+        except keep_on:
+            self.close(flush=True)
+            raise
+        except BaseException:
+            self.close(flush=False)
+            raise
+        self.close()
+        return count

@@ -304,17 +304,12 @@ def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_leng
     sink = TableSink(client, table, sequence_length, stride_length, priority,
                      pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
                      max_steps_per_second)
-    try:
+
+    def push() -> int:
         check_minari_signature(table_signature(client, sink.tables[0], timeout), dataset)
-        count = _push(dataset, sink, progress)
-    except ValueError:
-        sink.close(flush=True)  # the items of the episodes before a malformed one
-        raise
-    except BaseException:
-        sink.close(flush=False)
-        raise
-    sink.close()
-    return count
+        return _push(dataset, sink, progress)
+
+    return sink.run(push)
 
 
 def load_minari(dataset_id_or_path: str) -> Any:

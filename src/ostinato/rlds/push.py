@@ -255,16 +255,11 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
     sink = TableSink(client, table, sequence_length, stride_length, priority,
                      pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
                      max_steps_per_second)
-    try:
+
+    def push() -> int:
         names = [table] if isinstance(table, str) else list(table)
         check_table_signature(table_signature(client, names[0], timeout), rlds_data,
                               policy_info_fn)
-        count = _push(rlds_data, sink, policy_info_fn, progress)
-    except (ValueError, tf.errors.InvalidArgumentError):
-        sink.close(flush=True)  # the items of the episodes before a malformed one
-        raise
-    except BaseException:
-        sink.close(flush=False)
-        raise
-    sink.close()
-    return count
+        return _push(rlds_data, sink, policy_info_fn, progress)
+
+    return sink.run(push, keep_on=(ValueError, tf.errors.InvalidArgumentError))
