@@ -9,6 +9,7 @@ interned so that items share it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,7 +92,7 @@ def approx_nbytes(packed: Packed) -> int | None:
             spec = chunk.spec
             if spec is None:
                 return None
-            total += ln * spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64))
+            total += ln * spec[0].itemsize * math.prod(spec[1])
     return total
 
 

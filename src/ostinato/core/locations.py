@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import struct
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -70,8 +71,8 @@ _ADDERS: dict[int, Callable[[array.array, int, Any], None]] = {}
 
 
 def _adder(ncols: int) -> Callable[[array.array, int, Any], None]:
-    """``add(a, base, traj)``: writes the location of a flat item of ``ncols`` columns at
-    ``a[base:]``, or marks it not located if a chunk has no origin. Generated with the columns
+    """``add(a, offset, traj)``: writes the location of a flat item of ``ncols`` columns at
+    byte ``offset`` of ``a``, or marks it not located if a chunk has no origin. Generated with the columns
     unrolled (no loop: recording a location is on every insert's path)."""
     fn = _ADDERS.get(ncols)
     if fn is None:
@@ -80,14 +81,15 @@ def _adder(ncols: int) -> Callable[[array.array, int, Any], None]:
         origins = "; ".join(f"g{i} = c{i}.origin" for i in cols)
         missing = " or ".join(f"g{i} is None" for i in cols)
         values = ", ".join(f"g{i}[0], g{i}[1] + o{i}, l{i}" for i in cols)
-        src = (f"def add(a, base, traj):\n"
+        src = (f"def add(a, offset, traj):\n"
                f"    {unpack}, = traj\n"
                f"    {origins}\n"
                f"    if {missing}:\n"
-               f"        a[base] = 0\n"
+               f"        a[offset >> 2] = 0\n"
                f"        return\n"
-               f"    a[base:base + {1 + 3 * ncols}] = _int32s((1, {values}))\n")
-        scope: dict[str, Any] = {"_int32s": lambda v: array.array("i", v)}
+               f"    _pack(a, offset, 1, {values})\n")
+        # One C call writes the row in place (no tuple or array built: ~0.2 instead of ~0.6 us).
+        scope: dict[str, Any] = {"_pack": struct.Struct(f"={1 + 3 * ncols}i").pack_into}
         exec(compile(src, f"<ostinato.core.locations adder of {ncols} columns>", "exec"), scope)
         fn = _ADDERS[ncols] = scope["add"]
     return fn
@@ -114,6 +116,10 @@ def _contiguous(traj: Any) -> list[int] | None:
     return out
 
 
+def _not_set(a: array.array, offset: int, traj: Any) -> None:
+    raise AssertionError("no located item yet")
+
+
 class Locations:
     """Per slot: where the item's rows are (see the module docstring)."""
 
@@ -121,48 +127,55 @@ class Locations:
         self._capacity = capacity
         self.ncols = 0  # columns of the items located (0: none seen yet)
         self._stride = 0
-        self._a = array.array("i")
+        #: A flat item's length (``3 * ncols``) once the shape is known, else -1; for a flat
+        #: item (``traj[0]`` a :class:`Chunk`) of that length, ``add_flat(array, slot *
+        #: stride_bytes, traj)`` is what :meth:`add` does, without the checks.
+        self.flat_len = -1
+        self.stride_bytes = 0
+        self.add_flat: Callable[[array.array, int, Any], None] = _not_set
+        self.array = array.array("i")
         self._view: np.ndarray | None = None
-        self._add: Callable[[array.array, int, Any], None] | None = None
 
     def _setup(self, ncols: int) -> None:
         self.ncols = ncols
         self._stride = 1 + 3 * ncols
-        self._a = array.array("i", bytes(4 * self._stride * self._capacity))
-        self._view = np.frombuffer(self._a, dtype=np.int32).reshape(self._capacity, self._stride)
-        self._add = _adder(ncols)
+        self.flat_len = 3 * ncols
+        self.stride_bytes = 4 * self._stride
+        self.array = array.array("i", bytes(4 * self._stride * self._capacity))
+        self._view = np.frombuffer(self.array, dtype=np.int32).reshape(self._capacity, self._stride)
+        self.add_flat = _adder(ncols)
 
     def grow(self, capacity: int) -> None:
         """The slots now go up to ``capacity`` (new slots hold no location)."""
         if self._stride:  # a new array: the numpy view of the old one pins its size
-            a = array.array("i", self._a)
+            a = array.array("i", self.array)
             a.extend(array.array("i", bytes(4 * self._stride * (capacity - self._capacity))))
-            self._a = a
+            self.array = a
             self._view = np.frombuffer(a, dtype=np.int32).reshape(capacity, self._stride)
         self._capacity = capacity
 
     def add(self, slot: int, traj: Any) -> None:
         """Records where the item in ``slot`` has its rows, if it can be located."""
         if type(traj[0]) is Chunk:  # one slice per column
-            if len(traj) == 3 * self.ncols:
-                self._add(self._a, slot * self._stride, traj)  # type: ignore[misc]
+            if len(traj) == self.flat_len:
+                self.add_flat(self.array, slot * self._stride << 2, traj)
                 return
             if not self.ncols and traj[0].origin is not None:
                 self._setup(len(traj) // 3)  # the first located item sets the shape
-                self._add(self._a, slot * self._stride, traj)  # type: ignore[misc]
+                self.add_flat(self.array, slot * self._stride << 2, traj)
                 return
         else:
             located = _contiguous(traj)
             if located is not None and len(traj) == self.ncols:
-                self._a[slot * self._stride:(slot + 1) * self._stride] = array.array("i", located)
+                self.array[slot * self._stride:(slot + 1) * self._stride] = array.array("i", located)
                 return
         if self._stride:
-            self._a[slot * self._stride] = 0
+            self.array[slot * self._stride] = 0
 
     def remove(self, slot: int) -> None:
         """Forgets the item in ``slot``."""
         if self._stride:
-            self._a[slot * self._stride] = 0
+            self.array[slot * self._stride] = 0
 
     def clear(self) -> None:
         """Forgets every item (the shape of item learned is kept)."""

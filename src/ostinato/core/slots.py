@@ -109,13 +109,18 @@ class Slots:
         self.traj[slot] = traj
         self.squeeze[slot] = squeeze
         self.key_to_slot[key] = slot
-        chunks = traj[0::3] if type(traj[0]) is Chunk else items_lib.chunk_refs(traj)
+        flat = type(traj[0]) is Chunk
+        chunks = traj[0::3] if flat else items_lib.chunk_refs(traj)
         self.store.acquire(chunks)
         er = self.episode_refs
         for c in chunks:
             e = c.episode_id
             er[e] = er.get(e, 0) + 1
-        self.locations.add(slot, traj)
+        loc = self.locations
+        if flat and loc.flat_len == len(traj):  # the usual case: one call, on every insert
+            loc.add_flat(loc.array, slot * loc.stride_bytes, traj)
+        else:
+            loc.add(slot, traj)
         return slot
 
     def remove(self, slot: int) -> int:

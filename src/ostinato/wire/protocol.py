@@ -141,6 +141,9 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     trajs = batch.trajectories
     if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
         return None
+    width = len(trajs[0])
+    if all(type(t[0]) is Chunk and len(t) == width for t in trajs):
+        return _columnar_flat(trajs)
     per_item = [items_lib.columns(t) for t in trajs]
     ncols = len(per_item[0])
     if any(len(c) != ncols for c in per_item):
@@ -152,16 +155,42 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
         if spec is None or spec[0].kind == "O":
             return None
         n = sum(x[2] for x in first)
-        parts = []
+        parts: list[bytes] = []
+        add = parts.append
         for cols in per_item:
             total = 0
             for chunk, off, ln in cols[ci]:
                 if chunk.spec is not spec and chunk.spec != spec:
                     return None
-                parts.append(chunk_row_bytes(chunk, off, off + ln))
+                add(chunk_row_bytes(chunk, off, off + ln))
                 total += ln
             if total != n:
                 return None
+        out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
+    return out
+
+
+def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
+    """:func:`_columnar` for the usual batch, read straight from the packed tuples: every
+    item flat (one slice per column) and of the same length."""
+    t0 = trajs[0]
+    out = []
+    for b in range(0, len(t0), 3):
+        spec = t0[b].spec
+        if spec is None or spec[0].kind == "O":
+            return None
+        n = t0[b + 2]
+        parts: list[bytes] = []
+        add = parts.append
+        for t in trajs:
+            chunk, off, ln = t[b], t[b + 1], t[b + 2]
+            if ln != n or (chunk.spec is not spec and chunk.spec != spec):
+                return None
+            data = chunk.data
+            if type(data) is SegmentedRows:  # rows received over the network
+                add(data.row_bytes(off, off + ln))
+            else:
+                add(chunk_row_bytes(chunk, off, off + ln))
         out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
     return out
 

@@ -273,7 +273,12 @@ class TrajectoryWriter:
         of one step also describes."""
         if self._validate and (table not in self._trivially_valid or priority < 0):
             self._validate_item(table, priority, cols, sq, legacy=whole_steps)
-        self._submit(table, (new_key(), priority, packed, sq), timeout_ms)
+        deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
+        try:
+            self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
+        except errors.DeadlineExceededError as e:
+            raise errors.DeadlineExceededError(
+                f"create_item waited for the server to accept pending items: {e}") from e
 
     def _table_meta(self, table: str) -> Any:
         meta = self._table_cache.get(table)
@@ -308,14 +313,6 @@ class TrajectoryWriter:
         if len(self._validated) > 10_000:
             self._validated.clear()
         self._validated.add(key)
-
-    def _submit(self, table: str, item: tuple[Any, ...], timeout_ms: int | None) -> None:
-        deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
-        try:
-            self._stream.insert(table, (item,), deadline)
-        except errors.DeadlineExceededError as e:
-            raise errors.DeadlineExceededError(
-                f"create_item waited for the server to accept pending items: {e}") from e
 
     def _keep_keys(self) -> set[int]:
         """Keys of chunks that items created later may still refer to (live refs)."""
