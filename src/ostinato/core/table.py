@@ -240,15 +240,16 @@ class Table(TableSettings):
             if p != p or (neg and p < 0):
                 self.validate_priority(p)
         done = 0
+        gate = self._gate
         with self._lock:
-            self._gate.check_open()
+            if gate.closed:
+                gate.check_open()
             lim = self._limiter
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
                     break
                 self._insert_locked(key, priority, traj, squeeze, assign)
                 done += 1
-            gate = self._gate
             if done and (gate._waiting or gate._lingering):  # nobody to wake: no call
                 gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return done

@@ -261,8 +261,8 @@ class TrajectoryWriter:
                 if not isinstance(c, TrajectoryColumn):
                     raise TypeError(
                         f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
-        trajectory_packed, sq = pack_columns(cols)
-        self._create_packed(table, priority, cols, trajectory_packed, sq, timeout_ms)
+        packed, sq = pack_columns(cols)
+        self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
     def _create_packed(self, table: str, priority: float, cols: list[TrajectoryColumn],
                        packed: items_lib.Packed, sq: tuple[bool, ...], timeout_ms: int | None,
