@@ -28,6 +28,26 @@ def test_negative_priority_is_rejected_and_table_keeps_working(make_server):
     assert next(client.sample("p", 1, timeout=1))[0].data[0] == 1
 
 
+@pytest.mark.parametrize("in_process", [True, False])
+def test_too_large_priority_from_a_writer_is_rejected(make_server, in_process):
+    """A writer's items get the whole priority check a Prioritized table makes (an infinite
+    priority once slipped through the writers' path and made every item equally likely)."""
+    server = make_server(_prioritized())
+    client = reverb.Client(f"localhost:{server.port}", in_process=in_process)
+    # In process the item is refused by create_item; over gRPC the server refuses it and the
+    # writer raises at its flush (and again when it is closed: its stream has failed).
+    with pytest.raises(ValueError, match="too large"):
+        with client.trajectory_writer(1) as w:
+            w.append({"x": np.int64(1)})
+            w.create_item("p", float("inf"), {"x": w.history["x"][-1]})
+            w.flush(timeout_ms=5000)
+    with client.trajectory_writer(1) as w:
+        w.append({"x": np.int64(2)})
+        w.create_item("p", 2.0, {"x": w.history["x"][-1]})
+        w.flush(timeout_ms=5000)
+    assert client.server_info()["p"].current_size == 1
+
+
 def test_update_is_validated_before_anything_changes(make_server):
     """§4.2.9: an invalid update was half applied (item and selector disagreed)."""
     client = make_server(_prioritized()).localhost_client()

@@ -228,17 +228,26 @@ class Table(TableSettings):
         return self.insert_many([(key, priority, trajectory, squeeze)], Deadline.after(timeout),
                                 assign=assign)[0]
 
+    def _check_item_priorities(self, items: Sequence[Item]) -> None:
+        """Raises ``InvalidArgumentError`` before anything is stored if an item's priority is
+        one this table cannot take (:meth:`validate_priority`). Only NaN is looked for on a
+        table without a Prioritized selector (that comparison is all the per-item cost)."""
+        if self._prioritized:
+            for it in items:
+                self.validate_priority(it[1])
+            return
+        for it in items:
+            p = it[1]
+            if p != p:
+                self.validate_priority(p)
+
     def try_insert_many(self, items: Sequence[Item], assign: bool = False) -> int:
         """Inserts items in order while the rate limiter admits them, without waiting.
 
         Returns:
           How many of ``items`` (a prefix) were inserted.
         """
-        neg = bool(self._prioritized)
-        for it in items:
-            p = it[1]
-            if p != p or (neg and p < 0):
-                self.validate_priority(p)
+        self._check_item_priorities(items)
         done = 0
         gate = self._gate
         with self._lock:
@@ -261,11 +270,10 @@ class Table(TableSettings):
         Raises:
           RateLimiterTimeout: the deadline passed; the items before the one that waited are
             stored, the rest are not (``len(err.inserted)`` tells how many).
-          InvalidArgumentError: a priority is NaN, or negative on a Prioritized table; nothing
-            was stored.
+          InvalidArgumentError: a priority is NaN, or negative or too large on a Prioritized
+            table; nothing was stored.
         """
-        for it in items:
-            self.validate_priority(it[1])
+        self._check_item_priorities(items)
         deadline = deadline or Deadline.never()
         keys: list[int] = []
         gate = self._gate
