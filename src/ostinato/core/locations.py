@@ -158,11 +158,11 @@ class Locations:
         """Records where the item in ``slot`` has its rows, if it can be located."""
         if type(traj[0]) is Chunk:  # one slice per column
             if len(traj) == self.flat_len:
-                self.add_flat(self.array, slot * self._stride << 2, traj)
+                self.add_flat(self.array, slot * self.stride_bytes, traj)
                 return
             if not self.ncols and traj[0].origin is not None:
                 self._setup(len(traj) // 3)  # the first located item sets the shape
-                self.add_flat(self.array, slot * self._stride << 2, traj)
+                self.add_flat(self.array, slot * self.stride_bytes, traj)
                 return
         else:
             located = _contiguous(traj)

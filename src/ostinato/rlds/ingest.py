@@ -70,12 +70,6 @@ class Progress:
         return line
 
 
-def _concat(parts: list[Any]) -> Any:
-    if len(parts) == 1:
-        return parts[0]
-    return _tree_map(lambda *xs: np.concatenate(xs), *parts)
-
-
 class Delivery:
     """Groups trajectory chunks into units and writes each whole, checked unit to a sink.
 
@@ -95,10 +89,12 @@ class Delivery:
         self.episodes = 0
 
     def _deliver(self) -> None:
-        traj = _concat(self._pending)
-        self._pending = []
-        self._sink.write(traj)
-        self.written += len(traj.step_type)
+        # The unit's parts go to the sink one after the other (sinks take rows in order and
+        # keep their state between calls): joining them would copy the whole episode again.
+        parts, self._pending = self._pending, []
+        for part in parts:
+            self._sink.write(part)
+            self.written += len(part.step_type)
         self.episodes += 1
         self._progress.update(self.written, self.episodes)
 
@@ -108,14 +104,17 @@ class Delivery:
         return make(f"{message} -- nothing of this episode was written; {self.written} "
                     f"trajectories of {self.episodes} earlier episodes were.")
 
-    def feed(self, chunk: TrajectoryChunk, error_type: ErrorFactory | None = None) -> None:
+    def feed(self, chunk: TrajectoryChunk | None, error_type: ErrorFactory | None = None) -> None:
         """Writes the units ``chunk`` completes; raises at its error (if any), after writing
-        the units before the malformed step.
+        the units before the malformed step. ``None`` (what a :class:`~ostinato.rlds.steps.Converter` returns when a
+        chunk completes no trajectory) writes nothing.
 
         The grouping is per step: at a step of another episode than the pending ones, they
         are written (unless that step is malformed); a step whose ``step_type`` is LAST is
         added and the unit written.
         """
+        if chunk is None:
+            return
         n = len(chunk)
         limit = chunk.error[0] if chunk.error is not None else n
         if limit > 0:

@@ -226,17 +226,11 @@ def _push(dataset: Any, sink: Any, progress: bool | None) -> int:
             except MalformedEpisodeError as e:
                 # Every episode before this one is whole: its last step's next step is a
                 # first step, as the padding step is.
-                converted = converter.finish()
-                if converted is not None:
-                    delivery.feed(converted)
+                delivery.feed(converter.finish())
                 delivery.finish()
                 raise delivery.fail(str(e)) from None
-            converted = converter.feed(chunk)
-            if converted is not None:
-                delivery.feed(converted)
-        converted = converter.finish()
-        if converted is not None:
-            delivery.feed(converted)
+            delivery.feed(converter.feed(chunk))
+        delivery.feed(converter.finish())
         delivery.finish()
         failed = False
     finally:

@@ -17,7 +17,7 @@ from ostinato.rlds.convert import (
 )
 from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink, table_signature
 from ostinato.rlds.specs import flat_paths as _flat
-from ostinato.rlds.specs import leaf_spec as _leaf
+from ostinato.rlds.specs import spec_mismatch
 from ostinato.rlds.steps import Converter, TrajectoryChunk
 from ostinato.rlds.tf_reader import can_read_columns, step_chunks
 from ostinato.rlds.trajectory import trajectory_class
@@ -26,18 +26,13 @@ _MISMATCH = "Replay buffer table signature spec should match RLDS data spec."
 
 
 def _mismatch(table: Any, expected: Any, *, names: bool = True) -> str | None:
-    """Why ``table`` differs from ``expected`` (shape, dtype and name per leaf), or None."""
+    """Why ``table`` differs from ``expected`` (its structure, then shape, dtype and name per
+    leaf), or None."""
     try:
         tf.nest.assert_same_structure(table, expected, check_types=False)
     except (ValueError, TypeError) as e:
         return f"structures differ: {e}"
-    for (path, b), (_, a) in zip(_flat(expected), _flat(table)):
-        la, lb = _leaf(a), _leaf(b)
-        if not names:
-            la, lb = la[:2], lb[:2]
-        if la != lb:
-            return f"{path}: the table has {la}, the data gives {lb}"
-    return None
+    return spec_mismatch(table, expected, names=names)
 
 
 def check_table_signature(table_signature: Any, rlds_data: Any,
@@ -100,12 +95,8 @@ def _push_columns(rlds_data: Any, delivery: Delivery) -> None:
     """The fast path: steps read in batches, converted with numpy."""
     converter = Converter(trajectory_class())
     for chunk in step_chunks(rlds_data):
-        converted = converter.feed(chunk)
-        if converted is not None:
-            delivery.feed(converted)
-    converted = converter.finish()
-    if converted is not None:
-        delivery.feed(converted)
+        delivery.feed(converter.feed(chunk))
+    delivery.feed(converter.finish())
 
 
 def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None
