@@ -48,6 +48,10 @@ def test_sharded_priority_updates_reach_the_right_shard(make_server):
         assert {s.tables_by_name["p"].get(k)["priority"] for k in s.tables_by_name["p"].keys().tolist()} == {2.0}
     with pytest.raises(ValueError, match="negative"):
         client.update_priorities("p", keys, np.full(20, -1.0))
+    # A bad priority in mutate_priorities changes nothing, its deletes included.
+    with pytest.raises(ValueError, match="negative"):
+        client.mutate_priorities("p", updates={int(keys[0]): -1.0}, deletes=[int(keys[1])])
+    assert client.server_info()["p"].current_size == 20
     assert client.delete("p", keys[:5]) == 5
     assert client.server_info()["p"].current_size == 15
     client.reset("p")

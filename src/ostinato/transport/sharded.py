@@ -164,6 +164,14 @@ class ShardedTransport(Transport):
         self._remember(batch.keys, start)
         return batch
 
+    def _check_priorities(self, table: str, p: np.ndarray) -> None:
+        """Validates once for all shards, so that no shard changes unless all would."""
+        if np.isnan(p).any():
+            raise errors.InvalidArgumentError(f"Priority must not be NaN (table {table!r}).")
+        if self.table_meta(table).reject_negative and (p < 0).any():
+            raise errors.InvalidArgumentError(
+                f"Priority must not be negative (got {p[p < 0][0]} for table {table!r}).")
+
     def update_priorities(self, table: str, keys: Any, priorities: np.ndarray,
                           deadline: Deadline) -> int:
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
@@ -171,12 +179,7 @@ class ShardedTransport(Transport):
         if len(k) != len(p):
             raise errors.InvalidArgumentError(
                 f"keys ({len(k)}) and priorities ({len(p)}) must have the same length")
-        # Validate once for all shards, so that no shard changes unless all would.
-        if np.isnan(p).any():
-            raise errors.InvalidArgumentError(f"Priority must not be NaN (table {table!r}).")
-        if self.table_meta(table).reject_negative and (p < 0).any():
-            raise errors.InvalidArgumentError(
-                f"Priority must not be negative (got {p[p < 0][0]} for table {table!r}).")
+        self._check_priorities(table, p)
         known, unknown = self._split(k)
         total = 0
         for s, pos in known.items():
@@ -201,8 +204,7 @@ class ShardedTransport(Transport):
                           deletes: Sequence[int] | None, deadline: Deadline) -> None:
         if updates:
             p = np.fromiter(updates.values(), dtype=np.float64, count=len(updates))
-            if np.isnan(p).any():
-                raise errors.InvalidArgumentError("Priority must not be NaN.")
+            self._check_priorities(table, p)  # before the deletes: nothing changes on a bad one
         if deletes:
             self.delete(table, list(deletes), deadline)
         if updates:
