@@ -66,9 +66,17 @@ class InsertSession:
         self._stats = stats
         self._chunks: dict[int, Chunk] = {}
         self._ring: shm.Mapping | None = None
+        #: One spec object per (dtype, row shape): the chunks of a stream share them, as a
+        #: writer's column's do, so a signature check is remembered by the specs' identities.
+        self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: Item layouts whose signature check passed, (table, squeeze flags, (spec id, rows)
+        #: per slice) -> the signature checked against: while the table keeps that signature
+        #: the check is a dict lookup, not per-item work.
+        self._checked: dict[tuple[Any, ...], Any] = {}
 
     def close(self) -> None:
         self._chunks.clear()
+        self._checked.clear()
         if self._ring is not None:
             self._ring.close()
             self._ring = None
@@ -130,8 +138,10 @@ class InsertSession:
             seg = codec.to_raw(codec.parse_segment(m, self._max_bytes), self._max_bytes)
             c = chunks.get(seg.key)
             if c is None:
+                spec = (seg.dtype, seg.row_shape)
+                spec = self._specs.setdefault(spec, spec)
                 c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id,
-                          nbytes=0, spec=(seg.dtype, seg.row_shape))
+                          nbytes=0, spec=spec)
                 chunks[seg.key] = c
             c.data.add(seg)
             c.nbytes += len(seg.payload)
@@ -150,7 +160,7 @@ class InsertSession:
                 raise DecodeError(f"priority must be a number, got {prio!r}")
             packed, squeeze = self._item_columns(cols, sq)
             table = tables[ti]
-            _check_signature(table, packed, squeeze)
+            self._check_signature(table, packed, squeeze)
             if pos in req.retried and table.contains(key):
                 work.append((None, None))
                 continue
@@ -198,7 +208,7 @@ class InsertSession:
             raise DecodeError("an item needs a non-empty list of columns")
         if not isinstance(sq, list) or len(sq) != len(cols):
             raise DecodeError("an item needs one squeeze flag per column")
-        columns = []
+        columns: list[Any] = []
         for col in cols:
             if type(col) is list and len(col) == 3:  # fast path: one slice
                 ck, off, ln = col
@@ -228,6 +238,26 @@ class InsertSession:
         if all(len(c) == 1 for c in columns):
             return tuple([x for c in columns for x in c[0]]), squeeze
         return items_lib.pack(columns), squeeze
+
+
+    def _check_signature(self, table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
+        """Raises unless the item's columns match the table's signature (remembered per
+        layout: the same columns, lengths and specs pass again without a check)."""
+        sig = table.flat_signature
+        if sig is None:
+            return
+        layout: tuple[Any, ...]
+        if type(packed[0]) is Chunk:
+            layout = tuple([(id(x.spec), n) for x, n in zip(packed[0::3], packed[2::3])])
+        else:
+            layout = tuple([tuple([(id(x[0].spec), x[2]) for x in col]) for col in packed])
+        key = (table, squeeze, layout)
+        if self._checked.get(key) is sig:
+            return
+        _check_signature(table, packed, squeeze)
+        if len(self._checked) > 10_000:
+            self._checked.clear()
+        self._checked[key] = sig
 
 
 def _check_signature(table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
