@@ -15,11 +15,10 @@ from ostinato.core.chunks import Chunk
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.keys import new_key
-from ostinato.core.signature import check_columns
-from ostinato.core.specs import is_spec_like
+from ostinato.core.signature import check_columns, signature_structure
 from ostinato.core.table_info import TableInfo
 from ostinato.replay_sample import ReplaySample, SampleInfo
-from ostinato.transport.base import TableMeta, Transport
+from ostinato.transport.base import Transport
 from ostinato.transport.connect import connect
 from ostinato.transport.registry import split_addresses
 from ostinato.writers.chunker import to_array
@@ -76,7 +75,6 @@ class Client:
                                 if isinstance(server_address, (list, tuple)) else server_address)
         self._addresses = addresses
         self._transport = transport
-        self._signature_cache: dict[str, Any] = {}
         self._options = dict(token=token, root_certificates=root_certificates,
                              tls_server_name=tls_server_name, compression=compression,
                              unavailable_timeout=unavailable_timeout,
@@ -126,9 +124,6 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def _meta(self, table: str) -> TableMeta:
-        return self.transport.table_meta(table)
 
     # -- writing --------------------------------------------------------------------------------------
     def insert(self, data: Any, priorities: dict[str, float], *, timeout: float | None = None) -> None:
@@ -237,7 +232,7 @@ class Client:
         meta = transport.table_meta(table)
         structure = None
         if unpack_as_table_signature and meta.signature is not None:
-            structure = optree.tree_structure(meta.signature, is_leaf=is_spec_like, none_is_leaf=True)
+            structure = signature_structure(meta.signature)
         remaining = int(num_samples)
         per_request = 1 if meta.max_times_sampled else SAMPLE_REQUEST_SIZE
         while remaining > 0:
@@ -268,9 +263,7 @@ class Client:
         if unpack_as_table_signature:
             meta = transport.table_meta(table)
             if meta.signature is not None:
-                structure = optree.tree_structure(meta.signature, is_leaf=is_spec_like,
-                                                  none_is_leaf=True)
-                data = optree.tree_unflatten(structure, cols)
+                data = optree.tree_unflatten(signature_structure(meta.signature), cols)
         info = SampleInfo(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
                           batch.times_sampled)
         return ReplaySample(info, data)
@@ -319,8 +312,6 @@ class Client:
                     f"ServerInfo call did not complete within provided timeout of {timeout}s "
                     f"(server at {self._server_address}: {e})") from e
             raise
-        if not self._signature_cache:
-            self._signature_cache = {name: i.signature for name, i in info.items()}
         return info
 
     def checkpoint(self) -> str:

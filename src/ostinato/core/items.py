@@ -53,21 +53,11 @@ def pack(columns: Sequence[Sequence[Slice]]) -> Packed:
     return tuple(tuple(c) for c in columns)
 
 
-def is_flat(packed: Packed) -> bool:
-    """True when every column is one slice (the packed tuple is ``(chunk, offset, length, ...)``);
-    hot loops inline the same test, ``type(packed[0]) is Chunk``."""
-    return type(packed[0]) is Chunk
-
-
 def columns(packed: Packed) -> list[tuple[Slice, ...]]:
     """Unpacks to a list of columns, each a tuple of slices."""
     if type(packed[0]) is Chunk:
         return [((packed[i], packed[i + 1], packed[i + 2]),) for i in range(0, len(packed), 3)]
     return list(packed)
-
-
-def num_columns(packed: Packed) -> int:
-    return len(packed) // 3 if type(packed[0]) is Chunk else len(packed)
 
 
 def chunk_refs(packed: Packed) -> Sequence[Chunk]:
@@ -76,12 +66,6 @@ def chunk_refs(packed: Packed) -> Sequence[Chunk]:
     if type(packed[0]) is Chunk:
         return packed[0::3]
     return [s[0] for col in packed for s in col]
-
-
-def column_lengths(packed: Packed) -> list[int]:
-    if type(packed[0]) is Chunk:
-        return list(packed[2::3])
-    return [sum(s[2] for s in col) for col in packed]
 
 
 def approx_nbytes(packed: Packed) -> int | None:

@@ -52,19 +52,9 @@ def flatten_signature(signature: Any) -> list[TensorSpec] | None:
     return out
 
 
-def signature_paths(signature: Any) -> list[tuple[Any, ...]]:
-    paths, _, _ = optree.tree_flatten_with_path(signature, is_leaf=is_spec_like, none_is_leaf=True)
-    return [tuple(p) for p in paths]
-
-
 def signature_structure(signature: Any) -> Any:
     """The optree structure of a signature nest (its leaves are the specs)."""
     return optree.tree_structure(signature, is_leaf=is_spec_like, none_is_leaf=True)
-
-
-def unflatten_like(signature: Any, leaves: list[Any]) -> Any:
-    """Puts flat column values back into the structure of the signature."""
-    return optree.tree_unflatten(signature_structure(signature), leaves)
 
 
 #: One column of an item as :func:`check_columns` sees it: ``(dtype, shape, step_shape)``.

@@ -124,7 +124,7 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
 
 
 #: numpy kinds a column may hold: bool, integers, floats, complex and strings.
-_ALLOWED_KINDS = frozenset("biufcOSU")
+ALLOWED_KINDS = frozenset("biufcOSU")
 
 
 def dtype_to_str(dtype: np.dtype) -> str:
@@ -140,7 +140,7 @@ def dtype_from_str(s: Any) -> np.dtype:
         d = np.dtype(s)
     except TypeError:
         raise DecodeError(f"bad dtype {s!r}") from None
-    if d.kind not in _ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None \
+    if d.kind not in ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None \
             or d.kind in "SU" and d.itemsize == 0:
         raise DecodeError(f"unsupported dtype {s!r}")
     return d

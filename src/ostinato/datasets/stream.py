@@ -40,7 +40,7 @@ from ostinato.client import Client
 from ostinato.core.assemble import ALIGNMENT, empty_aligned, gather, item_columns, stack_batch
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
-from ostinato.core.specs import is_spec_like
+from ostinato.core.signature import signature_structure
 from ostinato.datasets.options import StreamOptions
 from ostinato.replay_sample import ReplaySample, SampleInfo
 
@@ -143,8 +143,7 @@ class SampleStream:
         self._per_stream = self.options.samples_per_stream
         self._structure = None
         if meta.signature is not None:
-            self._structure = optree.tree_structure(meta.signature, is_leaf=is_spec_like,
-                                                    none_is_leaf=True)
+            self._structure = signature_structure(meta.signature)
 
         self._cond = threading.Condition()
         self._queue: collections.deque[Piece] = collections.deque()
@@ -313,14 +312,12 @@ class SampleStream:
                           batch.times_sampled)
         if self.emit_timesteps:
             return _timestep_piece(batch, info)
-        cols = gather(batch)
         rows = None
-        if cols is None:
-            try:
-                cols = stack_batch(batch)
-            except ValueError:  # items of different shapes: keep them one by one
-                cols = None
-                rows = [item_columns(t, s) for t, s in zip(batch.trajectories, batch.squeeze)]
+        try:
+            cols = stack_batch(batch)  # gathers alike items at once, stacks the others
+        except ValueError:  # items of different shapes: keep them one by one
+            cols = None
+            rows = [item_columns(t, s) for t, s in zip(batch.trajectories, batch.squeeze)]
         if cols is not None:
             cols = [_writable(c) for c in cols]
         return Piece(info, cols, rows, n)

@@ -138,12 +138,6 @@ class RequestEncoder:
         self._ring: shm.Ring | None = None  # this connection's ring, made on demand
         self._ring_described = False
 
-    def reset(self) -> None:
-        """A new connection: no rows sent on it yet, and a new ring (the server unlinked the
-        old one)."""
-        self.sent_rows.clear()
-        self.drop_ring()
-
     def drop_ring(self) -> None:
         ring, self._ring = self._ring, None
         self._ring_described = False

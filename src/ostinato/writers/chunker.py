@@ -22,7 +22,7 @@ import numpy as np
 from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
 from ostinato.core.locations import register_block
-from ostinato.core.specs import dtype_name, shape_str
+from ostinato.core.specs import ALLOWED_KINDS, dtype_name, shape_str
 
 TARGET_CHUNK_BYTES = 128 * 1024
 MAX_AUTO_ROWS = 256
@@ -32,10 +32,6 @@ MAX_AUTO_ROWS = 256
 #: instead of one slice per item. A block is freed when its last chunk is.
 BLOCK_MAX_ROW_BYTES = 4096
 BLOCK_BYTES = 1 << 20
-
-#: numpy kinds a column may hold: bool, integers, floats, complex, and strings (stored as
-#: object arrays of bytes, TensorFlow's ``tf.string``).
-SUPPORTED_KINDS = frozenset("biufcOSU")
 
 
 def to_array(value: Any, column: Any = None) -> np.ndarray:
@@ -71,7 +67,7 @@ def to_array(value: Any, column: Any = None) -> np.ndarray:
         out = np.empty(len(flat), dtype=object)
         out[:] = flat
         return out.reshape(arr.shape)
-    if kind not in SUPPORTED_KINDS or arr.dtype.fields is not None:
+    if kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
         raise ValueError(
             f"column {_column_name(column)}: dtype {arr.dtype} is not supported (columns hold "
             "bool, integer, floating-point, complex or string values)")
@@ -269,7 +265,7 @@ class ColumnChunker:
     def _slow_path(self, arr: np.ndarray, episode_id: int) -> None:
         """First value, a dtype/shape error, a full chunk or a new episode."""
         if self.dtype is None:
-            if arr.dtype.kind not in SUPPORTED_KINDS or arr.dtype.fields is not None:
+            if arr.dtype.kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
                 to_array(arr, self.path)  # raises, naming the column and dtype
             self._first_value(arr)
         elif arr.dtype != self.dtype or arr.shape != self.shape:
