@@ -164,9 +164,9 @@ class Locations:
                 self._setup(len(traj) // 3)  # the first located item sets the shape
                 self.add_flat(self.array, slot * self.stride_bytes, traj)
                 return
-        else:
+        elif len(traj) == self.ncols:  # the shape is learnt from flat items only
             located = _contiguous(traj)
-            if located is not None and len(traj) == self.ncols:
+            if located is not None:
                 self.array[slot * self._stride:(slot + 1) * self._stride] = array.array("i", located)
                 return
         if self._stride:

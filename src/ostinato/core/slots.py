@@ -63,33 +63,32 @@ class Slots:
     def capacity(self) -> int:
         return len(self.a_keys)
 
-    def _grow(self) -> None:
-        old = len(self.a_keys)
+    def _resize(self, cap: int) -> None:
+        """Capacity ``cap`` (>= the current one); new slots are empty."""
+        old = self.capacity
         for attr in ("a_keys", "a_prio", "a_times", "a_seq"):
             a = getattr(self, attr)
             b = array.array(a.typecode, a)
-            b.extend(array.array(a.typecode, bytes(a.itemsize * old)))
+            b.extend(array.array(a.typecode, bytes(a.itemsize * (cap - old))))
             setattr(self, attr, b)
         self._make_views()
-        self.traj.extend([None] * old)
-        self.squeeze.extend([None] * old)
+        self.traj.extend([None] * (cap - len(self.traj)))
+        self.squeeze.extend([None] * (cap - len(self.squeeze)))
+        self.locations.grow(cap)
+
+    def _grow(self) -> None:
+        old = self.capacity
+        self._resize(2 * old)
         self.free.extend(range(2 * old - 1, old - 1, -1))
-        self.locations.grow(2 * old)
 
     def _reserve(self, n: int) -> None:
-        """Empty arrays of capacity >= ``n`` (only while no item is held)."""
+        """Capacity >= ``n`` (only while no item is held)."""
         cap = self.capacity
         if cap >= n:
             return
         while cap < n:
             cap *= 2
-        for attr in ("a_keys", "a_prio", "a_times", "a_seq"):
-            a = getattr(self, attr)
-            setattr(self, attr, array.array(a.typecode, bytes(a.itemsize * cap)))
-        self._make_views()
-        self.traj.extend([None] * (cap - len(self.traj)))
-        self.squeeze.extend([None] * (cap - len(self.squeeze)))
-        self.locations.grow(cap)
+        self._resize(cap)
 
     # -- items ---------------------------------------------------------------------------------
     def __len__(self) -> int:
