@@ -1,4 +1,4 @@
-"""Argument types shared by Ostinato's command lines (``argparse`` ``type=`` callables)."""
+"""What Ostinato's command lines share: ``argparse`` types and reading the files they name."""
 
 from __future__ import annotations
 
@@ -21,3 +21,16 @@ def positive(kind: type) -> Callable[[str], Any]:
 
     parse.__name__ = f"positive {kind.__name__}"
     return parse
+
+
+def read_pem(path: str, flag: str, error: Callable[[str], Exception] = ValueError) -> bytes:
+    """The contents of the PEM file ``path`` given to ``flag``; ``error(message)`` is raised,
+    naming the flag and the path, when it cannot be read or holds no PEM block."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise error(f"{flag} {path}: {e.strerror or e}") from None
+    if b"-----BEGIN " not in data:
+        raise error(f"{flag} {path}: not a PEM file (no '-----BEGIN' line)")
+    return data

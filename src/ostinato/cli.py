@@ -38,7 +38,7 @@ import sys
 import threading
 from typing import Any
 
-from ostinato.argtypes import positive
+from ostinato.argtypes import positive, read_pem
 
 _log = logging.getLogger("ostinato.cli")
 
@@ -334,17 +334,6 @@ def _progress_bar() -> Any:
     return cb
 
 
-def _read_pem(path: str, flag: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ConfigError(f"{flag} {path}: {e.strerror or e}") from None
-    if b"-----BEGIN " not in data:
-        raise ConfigError(f"{flag} {path}: not a PEM file (no '-----BEGIN' line)")
-    return data
-
-
 def _check_key_pair(tls: Any, cert_path: str, key_path: str) -> None:
     problem = tls.problem()
     if problem:
@@ -402,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     tls = None
     if args.tls_cert:
         try:
-            tls = ServerTLS(_read_pem(args.tls_cert, "--tls-cert"),
-                            _read_pem(args.tls_key, "--tls-key"))
+            tls = ServerTLS(read_pem(args.tls_cert, "--tls-cert", ConfigError),
+                            read_pem(args.tls_key, "--tls-key", ConfigError))
             _check_key_pair(tls, args.tls_cert, args.tls_key)
         except ConfigError as e:
             print(f"ostinato-server: {e}", file=sys.stderr)

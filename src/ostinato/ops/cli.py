@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Any
 
+from ostinato.argtypes import read_pem
+
 
 def _positive_float(text: str) -> float:
     try:
@@ -57,13 +59,7 @@ def _client(args: argparse.Namespace) -> Any:
 
     root = None
     if args.tls_ca:
-        try:
-            with open(args.tls_ca, "rb") as f:
-                root = f.read()
-        except OSError as e:
-            raise SystemExit(f"ostinato: --tls-ca {args.tls_ca}: {e.strerror or e}") from None
-        if b"-----BEGIN " not in root:
-            raise SystemExit(f"ostinato: --tls-ca {args.tls_ca}: not a PEM file")
+        root = read_pem(args.tls_ca, "--tls-ca", lambda message: SystemExit(f"ostinato: {message}"))
     # Always over the network (this is another process than the server), with short retries:
     # a refresh must not hang on a server that went away.
     return Client(args.address, token=args.token, root_certificates=root,

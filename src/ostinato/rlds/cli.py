@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.argtypes import positive
+from ostinato.argtypes import positive, read_pem
 
 _log = logging.getLogger("ostinato.rlds.cli")
 
@@ -145,10 +145,7 @@ def _is_rlds(source: str) -> bool:
 def _client(args: argparse.Namespace) -> Any:
     import ostinato
 
-    roots = None
-    if args.tls_ca:
-        with open(args.tls_ca, "rb") as f:
-            roots = f.read()
+    roots = None if not args.tls_ca else read_pem(args.tls_ca, "--tls-ca")
     return ostinato.Client(args.server, token=args.token, root_certificates=roots,
                            tls_server_name=args.tls_server_name, compression=args.compression,
                            unavailable_timeout=args.connect_timeout)
