@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
+import pytest
+
+#: The fused Triton kernels run on CPU tensors through Triton's interpreter (conftest sets
+#: TRITON_INTERPRET=1 when no GPU is present); skipped where triton is not installed.
+NEEDS_TRITON = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="triton is not installed"
+)
 
 
 def chi2_sf(stat: float, df: int) -> float:

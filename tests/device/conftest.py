@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -22,3 +24,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+
+
+# Without a GPU, the fused Triton kernels run through Triton's interpreter on CPU tensors.
+# Triton reads the variable when a kernel is defined, so it is set before any test imports
+# ostinato.device.torch.triton_kernels.
+if not _cuda_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

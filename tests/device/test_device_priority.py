@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from _device_helpers import ALPHA, ID_DTYPE, as_numpy, chi2_pvalue
+from _device_helpers import ALPHA, ID_DTYPE, NEEDS_TRITON, as_numpy, chi2_pvalue
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +15,9 @@ from ostinato.device import PriorityReplayBuffer
 CONFIGS = [
     pytest.param("torch", {"kernels": "numpy"}, id="torch-numpy"),
     pytest.param("torch", {"kernels": "torch"}, id="torch-torch"),
+    pytest.param("torch", {"kernels": "triton"}, id="torch-triton", marks=NEEDS_TRITON),
     pytest.param("jax", {}, id="jax"),
+    pytest.param("jax", {"search": "flat"}, id="jax-flat"),
 ]
 
 

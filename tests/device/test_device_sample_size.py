@@ -9,7 +9,7 @@ objects and the jax functional form, eager and jitted.
 
 import numpy as np
 import pytest
-from _device_helpers import ALPHA, ID_DTYPE, as_numpy, chi2_pvalue
+from _device_helpers import ALPHA, ID_DTYPE, NEEDS_TRITON, as_numpy, chi2_pvalue
 
 from ostinato.device import PriorityReplayBuffer, UniformReplayBuffer, create_buffer
 
@@ -18,7 +18,9 @@ BACKENDS = ["torch", "jax"]
 PRIORITY_CONFIGS = [
     pytest.param("torch", {"kernels": "numpy"}, id="torch-numpy"),
     pytest.param("torch", {"kernels": "torch"}, id="torch-torch"),
+    pytest.param("torch", {"kernels": "triton"}, id="torch-triton", marks=NEEDS_TRITON),
     pytest.param("jax", {}, id="jax"),
+    pytest.param("jax", {"search": "flat"}, id="jax-flat"),
 ]
 
 CAPACITY = 10

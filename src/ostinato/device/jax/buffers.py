@@ -135,7 +135,9 @@ class JaxUniformReplayBuffer(_JaxMixin, UniformReplayBuffer):
 class JaxPriorityReplayBuffer(_JaxMixin, PriorityReplayBuffer):
     """:class:`~ostinato.device.PriorityReplayBuffer` on a jax device. Arguments are those
     of :class:`~ostinato.device.PriorityReplayBuffer`, plus ``tree_dtype`` (float32 unless
-    jax's x64 mode is on). Indices are int32 row ids; weights float32."""
+    jax's x64 mode is on) and ``search`` (``"tree"``, or ``"flat"``, the default on a GPU;
+    see :class:`~ostinato.device.jax.functional.PriorityBuffer`). Indices are int32 row
+    ids; weights float32."""
 
     def __init__(
         self,
@@ -146,12 +148,17 @@ class JaxPriorityReplayBuffer(_JaxMixin, PriorityReplayBuffer):
         types: Sequence[Any],
         *,
         tree_dtype: Any = None,
+        search: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(alpha, capacity, sample_size, shapes, types, **kwargs)
         names = [s.name for s in self.specs] if self.specs[0].name is not None else None
+        if search is None:
+            platform = resolve_device(kwargs.get("device")).platform
+            search = "flat" if platform in ("gpu", "cuda", "rocm") else "tree"
         fns = make_priority_buffer(
-            self.alpha, self.capacity, self.sample_size, shapes, types, names, tree_dtype
+            self.alpha, self.capacity, self.sample_size, shapes, types, names, tree_dtype,
+            search,
         )
         self._setup(fns, kwargs.get("device"), self.seed)
         self._update = compiled(fns, "update_priorities")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ostinato.device._checks import distinct_rows_fit, positive_int, unit_float
-from ostinato.device.jax import sum_tree
+from ostinato.device.jax import flat, sum_tree
 from ostinato.device.spec import (
     ColumnSpec,
     check_row_count,
@@ -264,11 +264,21 @@ class PriorityBuffer(_Base):
 
     alpha: float = 0.6
     tree_dtype: str = "float32"
+    #: ``"tree"`` (the sum tree: fewer bytes touched, for CPUs) or ``"flat"`` (every leaf
+    #: read per draw, no tree to maintain: fewer, larger kernels, for GPUs).
+    search: str = "tree"
+
+    @property
+    def _search(self) -> Any:
+        return flat if self.search == "flat" else sum_tree
 
     def init(self, device: Any = None) -> PriorityState:
         """An empty state on ``device`` (default: jax's default device)."""
         with jax.default_device(resolve_device(device)):
-            tree = sum_tree.init(self.capacity, self.tree_dtype)
+            if self.search == "flat":
+                tree = flat.init(self.capacity, self.tree_dtype)
+            else:
+                tree = sum_tree.init(self.capacity, self.tree_dtype)
             return PriorityState(
                 self._init_columns(),
                 jnp.zeros((), jnp.int32),
@@ -302,7 +312,7 @@ class PriorityBuffer(_Base):
             p = jnp.broadcast_to(p, (rows,))[rows - min(rows, self.capacity) :]
             leaves = self._leaf(p)
         new_columns, slots, total, size = self._write(state, arrays, rows)
-        tree = sum_tree.set_leaves(state.tree, slots, leaves)
+        tree = self._search.set_leaves(state.tree, slots, leaves)
         return PriorityState(new_columns, total, size, tree, max_priority)
 
     def sample(
@@ -315,8 +325,13 @@ class PriorityBuffer(_Base):
         n, cap, tree = self.sample_size, self.capacity, state.tree
         dtype = tree.leaves.dtype
         strata = jnp.arange(1, n + 1, dtype=dtype) - jax.random.uniform(key, (n,), dtype)
-        slots = sum_tree.find(tree, strata * (sum_tree.total(tree) / n)).astype(jnp.int32)
-        weights = (sum_tree.minimum(tree) / tree.leaves[slots]) ** jnp.asarray(beta, dtype)
+        search = self._search
+        mass = strata * (search.total(tree) / n)
+        if self.search == "flat":
+            slots = flat.find(tree, mass, cap).astype(jnp.int32)
+        else:
+            slots = sum_tree.find(tree, mass).astype(jnp.int32)
+        weights = (search.minimum(tree) / tree.leaves[slots]) ** jnp.asarray(beta, dtype)
         newest = jnp.mod(state.total - 1, self.period)
         ids = jnp.mod(newest - jnp.mod(newest - slots, cap), self.period)
         return (ids, weights.astype(jnp.float32), *(c[slots] for c in state.columns))
@@ -336,7 +351,7 @@ class PriorityBuffer(_Base):
         live = (age >= 1) & (age <= state.size) & jnp.isfinite(p) & (p >= 0)
         max_priority = jnp.maximum(state.max_priority, jnp.max(jnp.where(live, p, 0)))
         slots = jnp.mod(ids, self.capacity)
-        tree = sum_tree.set_leaves(state.tree, slots, self._leaf(p), keep=live)
+        tree = self._search.set_leaves(state.tree, slots, self._leaf(p), keep=live)
         return state._replace(tree=tree, max_priority=max_priority)
 
     def reset(self, state: PriorityState) -> PriorityState:
@@ -346,7 +361,7 @@ class PriorityBuffer(_Base):
             columns,
             state.total,
             jnp.zeros((), jnp.int32),
-            sum_tree.clear(state.tree),
+            self._search.clear(state.tree),
             jnp.ones_like(state.max_priority),
         )
 
@@ -444,10 +459,12 @@ def make_priority_buffer(
     types: Sequence[Any],
     names: Sequence[str] | None = None,
     tree_dtype: Any = None,
+    search: str | None = None,
 ) -> PriorityBuffer:
     """Pure functions of a prioritized FIFO buffer (arguments as for
     :class:`~ostinato.device.PriorityReplayBuffer`). ``tree_dtype`` defaults to float64 when
-    jax's x64 mode is on, else float32."""
+    jax's x64 mode is on, else float32. ``search`` is ``"tree"`` or ``"flat"`` (see
+    :class:`PriorityBuffer`); by default flat when jax's default backend is a GPU."""
     cap = positive_int("capacity", capacity)
     n = positive_int("sample_size", sample_size)
     if tree_dtype is None:
@@ -455,5 +472,9 @@ def make_priority_buffer(
     tree_dtype = dtype_name(tree_dtype)
     if tree_dtype not in ("float32", "float64"):
         raise ValueError(f"tree_dtype ({tree_dtype!r}) must be float32 or float64")
+    if search is None:
+        search = "flat" if jax.default_backend() in ("gpu", "cuda", "rocm") else "tree"
+    if search not in ("tree", "flat"):
+        raise ValueError(f"search ({search!r}) must be 'tree' or 'flat'")
     specs = _jax_specs(shapes, types, names)
-    return PriorityBuffer(cap, n, specs, unit_float("alpha", alpha), tree_dtype)
+    return PriorityBuffer(cap, n, specs, unit_float("alpha", alpha), tree_dtype, search)

@@ -9,7 +9,7 @@ import torch
 
 from ostinato.device._checks import distinct_rows_fit
 from ostinato.device.priority import PriorityReplayBuffer
-from ostinato.device.torch.prioritized import PrioritizedSampler
+from ostinato.device.torch.prioritized import make_prioritized_sampler
 from ostinato.device.torch.sampler import UniformSampler
 from ostinato.device.torch.storage import TensorStorage
 from ostinato.device.uniform import UniformReplayBuffer
@@ -76,8 +76,10 @@ class TorchPriorityReplayBuffer(PriorityReplayBuffer):
     Built from :attr:`storage` (a :class:`~ostinato.device.torch.TensorStorage`) and
     :attr:`sampler` (a :class:`~ostinato.device.torch.PrioritizedSampler` holding the sum
     and min trees). Arguments are those of :class:`~ostinato.device.PriorityReplayBuffer`,
-    plus ``kernels`` (``"numpy"`` or ``"torch"``; default numpy on CPU, torch elsewhere)
-    choosing how the trees are computed; see :mod:`~ostinato.device.torch.kernels`.
+    plus ``kernels`` choosing how priorities are searched: ``"numpy"`` or ``"torch"`` (a
+    sum tree, see :mod:`~ostinato.device.torch.kernels`) or ``"triton"`` (flat leaves and
+    fused kernels, see :mod:`~ostinato.device.torch.fused`). The default is numpy on the
+    CPU, triton on CUDA when Triton is installed, else torch.
     """
 
     def __init__(
@@ -94,7 +96,7 @@ class TorchPriorityReplayBuffer(PriorityReplayBuffer):
         super().__init__(alpha, capacity, sample_size, shapes, types, **kwargs)
         self.storage = TensorStorage(self.capacity, self.specs, kwargs.get("device"))
         self.device = self.storage.device
-        self.sampler = PrioritizedSampler(
+        self.sampler = make_prioritized_sampler(
             self.capacity,
             self.alpha,
             self.device,

@@ -10,6 +10,7 @@ import torch
 from ostinato.device._checks import unit_float
 from ostinato.device.ring import RingCursor, Segment
 from ostinato.device.torch.device import resolve_device
+from ostinato.device.torch.fused import MAX_BLOCK, FusedPrioritizedSampler, triton_usable
 from ostinato.device.torch.kernels import kernels_for
 from ostinato.device.torch.sum_tree import SumMinTree
 
@@ -217,4 +218,43 @@ class PrioritizedSampler:
         self.tree.load_state_dict(state["tree"])
         self._max_priority[...] = float(state["max_priority"])
         self._max_leaf_stale = True
-        self.ops.set_state(state["generator"])
+        try:
+            self.ops.set_state(state["generator"])
+        except (TypeError, RuntimeError, ValueError, KeyError):
+            # Saved by a sampler of another kind: the priorities carry over, the random
+            # stream cannot.
+            pass
+
+
+def make_prioritized_sampler(
+    capacity: int,
+    alpha: float,
+    device: Any = None,
+    seed: int | None = None,
+    *,
+    tree_dtype: torch.dtype = torch.float64,
+    validate: bool = True,
+    kernels: str | None = None,
+) -> PrioritizedSampler | FusedPrioritizedSampler:
+    """The prioritized sampler for ``device``: the fused Triton one on CUDA when Triton is
+    installed and the capacity fits (or ``kernels="triton"``), else the sum tree.
+
+    Args:
+        kernels: ``None`` (choose), ``"numpy"``, ``"torch"`` or ``"triton"``.
+
+    Raises:
+        ValueError: For an unknown ``kernels``, or ``"triton"`` where it cannot run.
+    """
+    dev = resolve_device(device)
+    if kernels is None and dev.type == "cuda" and capacity <= MAX_BLOCK * MAX_BLOCK:
+        if triton_usable(dev) is None:
+            kernels = "triton"
+    if kernels == "triton":
+        return FusedPrioritizedSampler(
+            capacity, alpha, dev, seed, tree_dtype=tree_dtype, validate=validate
+        )
+    if kernels not in (None, "numpy", "torch"):
+        raise ValueError(f"kernels ({kernels!r}) must be 'numpy', 'torch' or 'triton'")
+    return PrioritizedSampler(
+        capacity, alpha, dev, seed, tree_dtype=tree_dtype, validate=validate, kernels=kernels
+    )
