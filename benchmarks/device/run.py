@@ -89,6 +89,47 @@ def table(results: list[dict], dtypes: list[str]) -> str:
     return "\n".join(rows)
 
 
+def run_bounded(cmd: list[str], timeout: float, failures: list[str], what: str) -> list[dict]:
+    """Runs one benchmark process for at most ``timeout`` seconds; returns its JSON lines
+    (also those printed before a timeout) and records a failure with its reason."""
+    print("$", " ".join(cmd), file=sys.stderr, flush=True)
+    env = dict(os.environ, RL_WARNINGS="0", PYTHONWARNINGS="ignore",
+               XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        stdout, stderr, code = out.stdout, out.stderr, out.returncode
+    except subprocess.TimeoutExpired as exc:
+        def text(b: bytes | str | None) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+        stdout, stderr, code = text(exc.stdout), text(exc.stderr), None
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if code != 0:
+        why = f"timed out after {timeout:.0f} s" if code is None else f"exit {code}"
+        tail = stderr.strip().splitlines()[-1:] or [""]
+        failures.append(f"{what}: {why} ({len(rows)} lines done) {tail[0][:300]}")
+        print(stderr[-3000:], file=sys.stderr)
+    return rows
+
+
+def atari_table(results: list[dict]) -> str:
+    """The bench_atari.py lines: one row per implementation."""
+    rows = [r for r in results if r.get("bench") == "atari"]
+    if not rows:
+        return ""
+    lines = ["per_step", "per_sample", "per_update", "per_insert1"]
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    naive = next((r["ms"] for r in rows if r["impl"] == "naive-torch"
+                  and r["line"] == "per_step"), None)
+    out = ["| impl | " + " | ".join(lines) + " | step vs naive torch |",
+           "|---|" + "---|" * (len(lines) + 1)]
+    for impl in impls:
+        ms = {r["line"]: r["ms"] for r in rows if r["impl"] == impl}
+        ratio = f"{naive / ms['per_step']:.2f}× faster" if naive and "per_step" in ms else "n/a"
+        out.append(f"| {impl} | " + " | ".join(fmt(ms.get(k)) for k in lines) + f" | {ratio} |")
+    return "Atari scale, 1,000,000 × (84, 84) uint8, batch 256\n\n" + "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--peer-python", default=sys.executable)
@@ -97,14 +138,23 @@ def main() -> None:
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--timeout", type=float, default=150,
+                        help="seconds each benchmark process may run before it is stopped")
+    parser.add_argument("--atari", default="",
+                        help="comma-separated bench_atari.py impls to run as well")
+    parser.add_argument("--name", default=None, help="results file name (default: device)")
+    parser.add_argument("--budget", type=float, default=3600,
+                        help="seconds for all processes together; later ones are skipped")
     args = parser.parse_args()
     dtypes = args.dtypes.split(",")
     results: list[dict] = []
+    failures: list[str] = []
     load = {"before": os.getloadavg()}
     started = time.time()
     # The uniform and the prioritized lines run in separate processes, so that neither
     # buffer (6 GiB each with float32 observations) shares memory with the other.
     groups = ("sample,insert1,insert128", "per_step,per_insert1,per_insert128")
+    jobs: list[tuple[list[str], str]] = []
     for dtype in dtypes:
         for impl in args.impls.split(","):
             for lines in groups:
@@ -112,15 +162,21 @@ def main() -> None:
                 python = args.peer_python if peer else sys.executable
                 cmd = [python, str(HERE / script), *extra, "--obs-dtype", dtype, "--lines", lines,
                        "--repeats", str(args.repeats), "--device", args.device]
-                print("$", " ".join(cmd), file=sys.stderr, flush=True)
-                env = dict(os.environ, RL_WARNINGS="0", PYTHONWARNINGS="ignore")
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if out.returncode != 0:
-                    print(out.stderr[-3000:], file=sys.stderr)
-                    continue
-                for line in out.stdout.splitlines():
-                    if line.startswith("{"):
-                        results.append(json.loads(line))
+                jobs.append((cmd, f"{impl} {lines}"))
+    for impl in [i for i in args.atari.split(",") if i]:
+        python = args.peer_python if impl == "flashbax" else sys.executable
+        cmd = [python, str(HERE / "bench_atari.py"), "--impl", impl,
+               "--repeats", str(args.repeats)]
+        jobs.append((cmd, f"atari {impl}"))
+    # Ours first, then the peers, alternating setups, so that a budget cut loses peers' lines.
+    jobs.sort(key=lambda job: 0 if "ostinato" in job[1] or "naive" in job[1] else 1)
+    deadline = started + args.budget
+    for cmd, what in jobs:
+        left = deadline - time.time()
+        if left < 10:
+            failures.append(f"{what}: not run, the {args.budget:.0f} s budget was spent")
+            continue
+        results.extend(run_bounded(cmd, min(args.timeout, left), failures, what))
     load["after"] = os.getloadavg()
     meta = {
         "device": args.device,
@@ -132,13 +188,17 @@ def main() -> None:
         "versions": {"project": versions(sys.executable), "peers": versions(args.peer_python)},
         "loadavg": load,
         "seconds": round(time.time() - started),
+        "failures": failures,
     }
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{args.device}.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                            indent=1))
-    md = table(results, dtypes)
-    (out_dir / f"{args.device}.md").write_text(md + "\n")
+    name = args.name or args.device
+    (out_dir / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                     indent=1))
+    md = table(results, dtypes) + "\n\n" + atari_table(results)
+    if failures:
+        md += "\n\nDid not finish:\n" + "\n".join(f"* {f}" for f in failures)
+    (out_dir / f"{name}.md").write_text(md + "\n")
     print(json.dumps(meta, indent=1))
     print(md)
 

@@ -71,22 +71,113 @@ def test_inputs_may_live_elsewhere_and_be_numpy():
     assert buf.get_item(0)[0].data_ptr() != buf.storage.columns[0].data_ptr()  # a copy
 
 
-@pytest.mark.cuda
-def test_cuda_buffers_sample_on_device_without_sync():
-    buf = PriorityReplayBuffer(0.6, 1000, 64, [(4,), ()], ["float32", "int64"], device="cuda",
-                               seed=0, validate=False)
-    buf.insert(torch.randn(500, 4), torch.arange(500))
+def _sync_checked(fn):
+    """Runs ``fn`` with every host synchronisation raising (inputs built before)."""
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+    torch.cuda.set_sync_debug_mode("error")
     try:
-        indices, weights, obs, ids = buf.sample(0.4)
-        buf.update_priorities(indices, torch.rand(64, device="cuda"))
-        buf.insert(torch.randn(4, device="cuda"), torch.tensor(7, device="cuda"))
-        indices, weights, obs, ids = buf.sample(0.4)
+        return fn()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernels", ["triton", "torch"])
+def test_cuda_buffers_sample_on_device_without_sync(kernels):
+    buf = PriorityReplayBuffer(0.6, 1000, 64, [(4,), ()], ["float32", "int64"], device="cuda",
+                               seed=0, validate=False, kernels=kernels)
+    buf.insert(torch.randn(500, 4), torch.arange(500))
+    # Every input is built before the checked block: building a CUDA tensor from host
+    # values is itself a copy that waits.
+    obs1, id1 = torch.randn(4, device="cuda"), torch.tensor(7, device="cuda")
+    obs8, id8 = torch.randn(8, 4, device="cuda"), torch.arange(8, device="cuda")
+    prios = torch.rand(64, device="cuda")
+    p8, p0 = torch.rand(8, device="cuda"), torch.tensor(2.0, device="cuda")
+
+    def step():
+        indices, weights, obs, ids = buf.sample(0.4)
+        buf.update_priorities(indices, prios)
+        buf.insert(obs1, id1)                      # 0-d tensor column
+        buf.insert(obs1, 9)                        # Python scalar column
+        buf.insert(obs1, id1, priority=3.0)        # Python scalar priority
+        buf.insert(obs8, id8, priority=p8)         # a priority per row
+        buf.insert(obs8, id8, priority=p0)         # 0-d tensor priority
+        return buf.sample(0.4)
+
+    indices, weights, obs, ids = _sync_checked(step)
     assert obs.device.type == "cuda" and weights.device.type == "cuda"
     assert torch.equal(indices, ids)
+    assert buf.get_item(-10)[1].item() == 9
+
+
+@pytest.mark.cuda
+def test_cuda_uniform_buffer_without_sync():
+    buf = UniformReplayBuffer(32, 100, [(4,), ()], ["float32", "int64"], device="cuda", seed=0)
+    buf.insert([torch.randn(50, 4), torch.arange(50)])
+    obs, one = torch.randn(4, device="cuda"), torch.tensor(3, device="cuda")
+
+    def step():
+        buf.insert([obs, one])
+        buf.insert([obs, 5])
+        return buf.sample()
+
+    out = _sync_checked(step)
+    assert out[0].shape == (32, 4)
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replays_a_whole_prioritized_step():
+    """sample + update captured once, replayed while inserts go on outside the graph: ids
+    still match the stored rows, new rows are drawn, updates land."""
+    buf = PriorityReplayBuffer(0.6, 4096, 64, [(4,), ()], ["float32", "int64"], device="cuda",
+                               seed=0, validate=False)
+    assert buf.sampler.kernels == "triton"
+    buf.insert(torch.randn(1000, 4, device="cuda"), torch.arange(1000, device="cuda"))
+    prios = torch.full((64,), 0.5, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles the kernels) off the capture
+        for _ in range(3):
+            out = buf.sample()
+            buf.update_priorities(out[0], prios)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(buf.sampler.generator)
+    with torch.cuda.graph(graph):
+        out = buf.sample()
+        buf.update_priorities(out[0], prios)
+    seen, draws = set(), []
+    for step in range(40):
+        first = 1000 + 10 * step
+        buf.insert(torch.randn(10, 4, device="cuda"),
+                   torch.arange(first, first + 10, device="cuda"))
+        graph.replay()
+        indices, weights, obs, ids = out
+        assert torch.equal(indices, ids)
+        seen |= set(ids.tolist())
+        draws.append(ids.clone())
+    assert max(seen) >= 1200  # rows inserted after the capture are drawn
+    assert not all(torch.equal(draws[0], d) for d in draws[1:])  # fresh random numbers
+    # Rows the graph updated carry priority 0.5; new rows the running maximum (1).
+    leaves = buf.sampler.leaves[: buf.capacity]
+    assert torch.isclose(leaves[ids[0] % buf.capacity], torch.tensor(0.5**0.6, device="cuda",
+                                                                    dtype=leaves.dtype))
+
+
+@pytest.mark.cuda
+def test_cuda_triton_and_torch_kernels_agree_in_distribution():
+    from _device_helpers import ALPHA, chi2_pvalue
+
+    p = np.array([0.5, 1.0, 2.0, 4.0, 0.0, 3.0], np.float32)
+    for kernels in ("triton", "torch"):
+        buf = PriorityReplayBuffer(0.8, 8, 256, [()], ["int64"], device="cuda", seed=1,
+                                   kernels=kernels)
+        buf.insert(torch.arange(6), priority=torch.from_numpy(p))
+        counts = np.zeros(6)
+        for _ in range(100):
+            counts += np.bincount(buf.sample()[2].cpu().numpy(), minlength=6)
+        assert counts[4] == 0
+        assert chi2_pvalue(counts, p**0.8) > ALPHA
 
 
 @pytest.mark.cuda

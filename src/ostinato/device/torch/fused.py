@@ -148,27 +148,32 @@ class FusedPrioritizedSampler:
             t = values
         elif isinstance(values, torch.Tensor):
             t = values.to(self.device, non_blocking=values.is_pinned())
+        elif isinstance(values, numbers.Real) and not isinstance(values, bool):
+            # A host number: a fill kernel with the value as its argument (no copy, no sync).
+            fdt = dtype or (self.dtype if isinstance(values, float) else torch.int64)
+            t = torch.full((1,), values, dtype=fdt, device=self.device)
         else:
             t = torch.as_tensor(values).to(self.device)
         if dtype is not None and t.dtype != dtype:
             t = t.to(dtype)
         return t.reshape(-1)
 
-    def _check(self, p: torch.Tensor, what: str) -> None:
+    def _priorities(self, values: Any, what: str) -> torch.Tensor:
+        """``values`` as a 1-D float tensor on the device, checked when validating (a host
+        number on the host; a tensor with one synchronisation, its copy to the host)."""
+        host = isinstance(values, numbers.Real) and not isinstance(values, bool)
+        p = self._tensor(float(values) if host else values)
+        if not p.dtype.is_floating_point:
+            p = p.to(self.dtype)
         if self.validate and p.shape[0]:
-            flat = p.detach().to("cpu", torch.float64)
+            flat = torch.tensor([float(values)]) if host else p.detach().to("cpu", torch.float64)
             bad = ~((flat >= 0) & torch.isfinite(flat))
             if bool(bad.any()):
                 i = int(bad.nonzero()[0, 0])
                 raise ValueError(
                     f"{what} must be finite and >= 0; got {float(flat[i])} at position {i}"
                 )
-
-    @staticmethod
-    def _scalar(value: Any) -> float | None:
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        return None
+        return p
 
     # ------------------------------------------------------------------ writes
     def new_leaves(self, priority: Any, rows: int) -> Any:
@@ -183,17 +188,9 @@ class FusedPrioritizedSampler:
         """
         if priority is None:
             return None
-        scalar = self._scalar(priority)
-        if scalar is not None:
-            if self.validate and not (scalar >= 0 and math.isfinite(scalar)):
-                raise ValueError(f"priority must be finite and >= 0; got {scalar} at position 0")
-            return scalar
-        p = self._tensor(priority)
-        if not p.dtype.is_floating_point:
-            p = p.to(self.dtype)
+        p = self._priorities(priority, "priority")
         if p.shape[0] not in (1, rows):
             raise ValueError(f"priority has {p.shape[0]} values for an insert of {rows} rows")
-        self._check(p, "priority")
         return p
 
     def on_write(self, segments: Sequence[Segment], leaves: Any = None) -> None:
@@ -208,18 +205,13 @@ class FusedPrioritizedSampler:
         inc = segments[-1].src + segments[-1].length
         s0 = segments[0]
         s1 = segments[1] if len(segments) > 1 else Segment(0, 0, 0)
-        scalar = 0.0
-        if leaves is None:
-            mode, prio = 0, self._empty
-        elif isinstance(leaves, float):
-            mode, prio, scalar = 2, self._empty, leaves
-        else:  # one priority per row, or one for every row (read with stride 0)
-            mode, prio = 1, leaves
+        # One priority per row, or one for every row (read with stride 0), or the maximum.
+        prio = self._empty if leaves is None else leaves
         self._k.write_leaves[(1,)](
             self.leaves, prio, self._max_bits, self._counters,
             s0.slot, s0.src, s0.length, s1.slot, s1.src, s1.length,
-            int(mode == 1 and prio.shape[0] > 1), scalar, inc, self.alpha, self._floor,
-            MODE=mode, BLOCK=_WRITE_BLOCK,
+            int(prio.shape[0] > 1), inc, self.alpha,
+            FLOOR=self._floor, MODE=0 if leaves is None else 1, BLOCK=_WRITE_BLOCK,
         )
         self._host = (self._host[0] + inc, self._host[1])
 
@@ -230,30 +222,18 @@ class FusedPrioritizedSampler:
             ValueError: On a length mismatch, or (when validating) a bad priority.
         """
         ids = self._tensor(indices, torch.int64)
-        scalar = self._scalar(priorities)
-        if scalar is None:
-            p = self._tensor(priorities)
-            if not p.dtype.is_floating_point:
-                p = p.to(self.dtype)
-            if ids.shape[0] != p.shape[0]:
-                raise ValueError(
-                    f"indices ({ids.shape[0]}) and priorities ({p.shape[0]}) differ in length"
-                )
-            self._check(p, "priorities")
-        else:
-            if ids.shape[0] != 1:
-                raise ValueError(f"indices ({ids.shape[0]}) and priorities (1) differ in length")
-            if self.validate and not (scalar >= 0 and math.isfinite(scalar)):
-                raise ValueError(f"priorities must be finite and >= 0; got {scalar} at position 0")
-            p = self._empty
+        p = self._priorities(priorities, "priorities")
+        if ids.shape[0] != p.shape[0]:
+            raise ValueError(
+                f"indices ({ids.shape[0]}) and priorities ({p.shape[0]}) differ in length"
+            )
         n = ids.shape[0]
         if n == 0:
             return
         self._sync_counters(ring)
         self._k.update_leaves[(-(-n // _UPDATE_BLOCK),)](
-            self.leaves, ids, p, self._max_bits, self._counters,
-            n, self.capacity, 0.0 if scalar is None else scalar, self.alpha, self._floor,
-            SCALAR=scalar is not None, BLOCK=_UPDATE_BLOCK,
+            self.leaves, ids, p, self._max_bits, self._counters, n, self.capacity, self.alpha,
+            FLOOR=self._floor, BLOCK=_UPDATE_BLOCK,
         )
 
     # ------------------------------------------------------------------ reads

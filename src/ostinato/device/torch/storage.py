@@ -135,6 +135,10 @@ class TensorStorage:
             for column, array, tensor in zip(self.columns, host, tensors):
                 if array is not None and tensor.device.type == "cpu":
                     array[slot] = tensor.detach().numpy()
+                elif tensor.dim() == 0 and tensor.device.type == "cpu":
+                    # A host scalar (a Python number, most often) into an accelerator: a
+                    # fill kernel with the value as its argument, no host-to-device copy.
+                    column[slot].fill_(tensor.item())
                 else:
                     column[slot].copy_(tensor, non_blocking=nb)
             return segments

@@ -7,8 +7,8 @@ CPU test-suite does that), on CPU tensors.
 Four kernels, each one launch:
 
 * :func:`write_leaves` -- an insert: the leaves of up to two slot ranges (a ring write that
-  wraps) from per-row or scalar priorities, or from the running maximum; raises the running
-  maximum and advances the device-side insertion counter.
+  wraps) from per-row priorities (or one for all, read with stride 0), or from the running
+  maximum; raises the running maximum and advances the device-side insertion counter.
 * :func:`update_leaves` -- a priority update: drops ids of rows overwritten since they were
   sampled and invalid priorities, keeps the last of repeated ids, raises the running maximum.
 * :func:`block_stats` -- per block of ``B`` leaves: the sum and the minimum positive leaf.
@@ -30,18 +30,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _leaf(p, alpha, floor, LEAF: tl.constexpr):
-    # max(p ** alpha, floor); p >= 0 here. alpha is in [0, 1]; 0 ** 0 is 1, like torch.pow.
+def _leaf(p, alpha, FLOOR: tl.constexpr, LEAF: tl.constexpr):
+    # max(p ** alpha, FLOOR); p >= 0 here. alpha is in [0, 1]; 0 ** 0 is 1, like torch.pow.
+    # FLOOR is a compile-time constant: a float argument would be passed as float32, which
+    # flushes float64's floor (about 1e-292) to zero.
     p = p.to(LEAF)
     safe = tl.where(p > 0, p, 1.0)
     leaf = tl.where(p > 0, tl.exp((tl.log(safe.to(tl.float32)) * alpha)).to(LEAF), 0.0)
     leaf = tl.where((p > 0) | (alpha > 0), leaf, 1.0)
     # float32 log/exp lose a few ulps; recover the exact value where pow is exact (alpha 1).
     leaf = tl.where(alpha == 1.0, p, leaf)
-    return tl.maximum(leaf, floor)
+    return tl.maximum(leaf, tl.full((1,), FLOOR, LEAF))
 
 
-@triton.jit
+# Integer arguments that change from call to call are not specialised on (Triton would
+# otherwise compile a variant per alignment and per value 1).
+@triton.jit(do_not_specialize=["slot0", "src0", "len0", "slot1", "src1", "len1", "inc"])
 def write_leaves(
     leaves_ptr,
     prio_ptr,
@@ -54,11 +58,10 @@ def write_leaves(
     src1,
     len1,
     prio_stride,
-    scalar_prio,
     inc,
     alpha,
-    floor,
-    MODE: tl.constexpr,  # 0: running maximum, 1: priorities read (stride 0: one), 2: scalar
+    FLOOR: tl.constexpr,
+    MODE: tl.constexpr,  # 0: the running maximum, 1: priorities read (stride 0: one for all)
     BLOCK: tl.constexpr,
 ):
     """Writes the leaves of an insert (one program). ``prio_ptr`` rows ``src + i`` go to
@@ -69,12 +72,7 @@ def write_leaves(
     offs = tl.arange(0, BLOCK)
     if MODE == 0:
         maxp = tl.load(maxbits_ptr).to(LEAF, bitcast=True)
-        fill = _leaf(maxp, alpha, floor, LEAF)
-    elif MODE == 2:
-        p = tl.full((BLOCK,), scalar_prio, tl.float64).to(LEAF)
-        p = tl.where((p >= 0) & (p < float("inf")), p, 0.0)
-        fill = _leaf(p, alpha, floor, LEAF)
-        tl.atomic_max(maxbits_ptr, tl.max(p, 0).to(BITS, bitcast=True))
+        fill = _leaf(tl.full((BLOCK,), 0.0, LEAF) + maxp, alpha, FLOOR, LEAF)
     best = tl.zeros((BLOCK,), LEAF)
     for seg in tl.static_range(2):
         if seg == 0:
@@ -88,7 +86,7 @@ def write_leaves(
                 p = tl.load(prio_ptr + (src + i) * prio_stride, mask=mask, other=0.0).to(LEAF)
                 p = tl.where((p >= 0) & (p < float("inf")), p, 0.0)
                 best = tl.maximum(best, p)
-                leaf = _leaf(p, alpha, floor, LEAF)
+                leaf = _leaf(p, alpha, FLOOR, LEAF)
             else:
                 leaf = fill
             tl.store(leaves_ptr + slot + i, leaf, mask=mask)
@@ -97,7 +95,7 @@ def write_leaves(
     tl.store(counters_ptr, tl.load(counters_ptr) + inc)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])
 def update_leaves(
     leaves_ptr,
     ids_ptr,
@@ -106,10 +104,8 @@ def update_leaves(
     counters_ptr,
     n,
     capacity,
-    scalar_prio,
     alpha,
-    floor,
-    SCALAR: tl.constexpr,
+    FLOOR: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Sets the leaves of sampled rows (``BLOCK`` entries per program). An entry is written
@@ -123,10 +119,7 @@ def update_leaves(
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n
     ids = tl.load(ids_ptr + i, mask=mask, other=-1).to(tl.int64)
-    if SCALAR:
-        p = tl.full((BLOCK,), scalar_prio, tl.float64).to(LEAF)
-    else:
-        p = tl.load(prio_ptr + i, mask=mask, other=0.0).to(LEAF)
+    p = tl.load(prio_ptr + i, mask=mask, other=0.0).to(LEAF)
     keep = mask & (ids >= total - size) & (ids < total) & (p >= 0) & (p < float("inf"))
     slot = ids % capacity
     slot = tl.where(slot < 0, slot + capacity, slot)
@@ -136,15 +129,12 @@ def update_leaves(
         j = start + tl.arange(0, BLOCK)
         jmask = j < n
         jids = tl.load(ids_ptr + j, mask=jmask, other=-1).to(tl.int64)
-        if SCALAR:
-            jp = tl.full((BLOCK,), scalar_prio, tl.float64).to(LEAF)
-        else:
-            jp = tl.load(prio_ptr + j, mask=jmask, other=0.0).to(LEAF)
+        jp = tl.load(prio_ptr + j, mask=jmask, other=0.0).to(LEAF)
         jkeep = jmask & (jids >= total - size) & (jids < total) & (jp >= 0) & (jp < float("inf"))
         same = (ids[:, None] == jids[None, :]) & jkeep[None, :] & (j[None, :] > i[:, None])
         later = later | (tl.max(same.to(tl.int32), 1) > 0)
     win = keep & ~later
-    leaf = _leaf(tl.where(keep, p, 0.0), alpha, floor, LEAF)
+    leaf = _leaf(tl.where(keep, p, 0.0), alpha, FLOOR, LEAF)
     tl.store(leaves_ptr + slot, leaf, mask=win)
     top = tl.max(tl.where(keep, p, 0.0), 0)
     tl.atomic_max(maxbits_ptr, top.to(BITS, bitcast=True))
@@ -167,7 +157,7 @@ def _first_reaching(bounds, mass, idx, N: tl.constexpr):
     return tl.min(tl.where(bounds >= mass[:, None], idx[None, :], N), 1), mass
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["count"])
 def query(
     leaves_ptr,
     bsum_ptr,
