@@ -5,11 +5,11 @@ and the update path; reading every leaf once costs less (the float32 leaves of a
 rows are 4 MB). So this layout keeps only the leaves, padded to ``nblocks`` blocks of ``B``
 (``B`` about ``sqrt(capacity)``):
 
-* :func:`find` sums every block, takes the masked prefix sum of the block sums to choose
-  each draw's block, then the masked prefix sum of that block's leaves to choose its leaf
-  (a zero leaf has boundary ``-1`` and is never chosen, whatever the rounding);
-* :func:`set_leaves` is one scatter (the last kept entry of a repeated index wins);
-* :func:`minimum` is one masked reduction.
+* :func:`draw` sums every block (and takes its minimum positive leaf in the same pass),
+  takes the masked prefix sum of the block sums to choose each draw's block, then the
+  masked prefix sum of that block's leaves to choose its leaf (a zero leaf has boundary
+  ``-1`` and is never chosen, whatever the rounding);
+* :func:`set_leaves` is one scatter (the last kept entry of a repeated index wins).
 
 The state is a :class:`~ostinato.device.jax.sum_tree.TreeState` with empty upper levels,
 so :class:`~ostinato.device.jax.functional.PriorityState` keeps its structure.
@@ -37,17 +37,6 @@ def init(capacity: int, dtype: Any = jnp.float32) -> TreeState:
     return TreeState(jnp.zeros(-(-capacity // b) * b, dtype), (), (), ())
 
 
-def total(tree: TreeState) -> jax.Array:
-    """Sum of all leaves."""
-    return jnp.sum(tree.leaves)
-
-
-def minimum(tree: TreeState) -> jax.Array:
-    """Minimum over positive leaves (``inf`` if none)."""
-    leaves = tree.leaves
-    return jnp.min(jnp.where(leaves > 0, leaves, jnp.inf))
-
-
 def _pick(values: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.Array]:
     # values: (n, k) rows (or (1, k) shared); the first entry whose masked inclusive prefix
     # sum reaches the mass, and the mass left inside it.
@@ -58,15 +47,22 @@ def _pick(values: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.Array]:
     return k, mass - jnp.take_along_axis(starts, k[:, None], 1)[:, 0]
 
 
-def find(tree: TreeState, mass: jax.Array, capacity: int) -> jax.Array:
-    """For each mass in ``(0, total]``, a leaf whose prefix-sum interval contains it (up to
-    rounding); zero leaves are never returned while the total is positive. ``capacity`` is
-    the one the leaves were made for (static)."""
+def draw(
+    tree: TreeState, fraction: jax.Array, capacity: int
+) -> tuple[jax.Array, jax.Array]:
+    """The leaves at cumulative fractions ``fraction`` (in ``(0, 1]``) of the total, and the
+    minimum positive leaf, from one pass over the leaves (block sums and minima together).
+
+    Zero leaves are never returned while the total is positive. ``capacity`` is the one
+    the leaves were made for (static).
+    """
     b = block_size(capacity)
     rows = tree.leaves.reshape(-1, b)
-    block, mass = _pick(jnp.sum(rows, axis=1)[None, :], mass)
+    sums = jnp.sum(rows, axis=1)
+    low = jnp.min(jnp.where(rows > 0, rows, jnp.inf))
+    block, mass = _pick(sums[None, :], fraction * jnp.sum(sums))
     leaf, _ = _pick(rows[block], mass)
-    return block * b + leaf
+    return block * b + leaf, low
 
 
 def set_leaves(

@@ -325,13 +325,13 @@ class PriorityBuffer(_Base):
         n, cap, tree = self.sample_size, self.capacity, state.tree
         dtype = tree.leaves.dtype
         strata = jnp.arange(1, n + 1, dtype=dtype) - jax.random.uniform(key, (n,), dtype)
-        search = self._search
-        mass = strata * (search.total(tree) / n)
         if self.search == "flat":
-            slots = flat.find(tree, mass, cap).astype(jnp.int32)
+            found, low = flat.draw(tree, strata / n, cap)
         else:
-            slots = sum_tree.find(tree, mass).astype(jnp.int32)
-        weights = (search.minimum(tree) / tree.leaves[slots]) ** jnp.asarray(beta, dtype)
+            found = sum_tree.find(tree, strata * (sum_tree.total(tree) / n))
+            low = sum_tree.minimum(tree)
+        slots = found.astype(jnp.int32)
+        weights = (low / tree.leaves[slots]) ** jnp.asarray(beta, dtype)
         newest = jnp.mod(state.total - 1, self.period)
         ids = jnp.mod(newest - jnp.mod(newest - slots, cap), self.period)
         return (ids, weights.astype(jnp.float32), *(c[slots] for c in state.columns))

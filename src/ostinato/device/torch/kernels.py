@@ -41,6 +41,12 @@ class TorchKernels:
         return array
 
     def asarray(self, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A host number becomes a fill kernel's argument: as_tensor would copy it from
+            # pageable memory and wait for the copy.
+            if dtype is None:
+                dtype = torch.get_default_dtype() if isinstance(value, float) else torch.long
+            return torch.full((), value, dtype=dtype, device=self.device)
         return torch.as_tensor(value, dtype=dtype, device=self.device)
 
     def arange(self, n: int, dtype: torch.dtype = torch.long) -> torch.Tensor:

@@ -43,9 +43,11 @@ def _leaf(p, alpha, FLOOR: tl.constexpr, LEAF: tl.constexpr):
     return tl.maximum(leaf, tl.full((1,), FLOOR, LEAF))
 
 
-# Integer arguments that change from call to call are not specialised on (Triton would
-# otherwise compile a variant per alignment and per value 1).
-@triton.jit(do_not_specialize=["slot0", "src0", "len0", "slot1", "src1", "len1", "inc"])
+# Integer arguments are not specialised on: Triton would otherwise compile a variant per
+# alignment and for the value 1, and ostinato.device.torch.launch relies on there being none.
+@triton.jit(
+    do_not_specialize=["slot0", "src0", "len0", "slot1", "src1", "len1", "prio_stride", "inc"]
+)
 def write_leaves(
     leaves_ptr,
     prio_ptr,
@@ -95,7 +97,7 @@ def write_leaves(
     tl.store(counters_ptr, tl.load(counters_ptr) + inc)
 
 
-@triton.jit(do_not_specialize=["n"])
+@triton.jit(do_not_specialize=["n", "capacity"])
 def update_leaves(
     leaves_ptr,
     ids_ptr,
@@ -157,7 +159,7 @@ def _first_reaching(bounds, mass, idx, N: tl.constexpr):
     return tl.min(tl.where(bounds >= mass[:, None], idx[None, :], N), 1), mass
 
 
-@triton.jit(do_not_specialize=["count"])
+@triton.jit(do_not_specialize=["count", "nblocks", "capacity"])
 def query(
     leaves_ptr,
     bsum_ptr,
