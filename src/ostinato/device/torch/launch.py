@@ -67,21 +67,22 @@ class Launcher:
         key.append(tuple(consts.items()))
         return tuple(key)
 
-    def __call__(self, grid: int, *args: Any, **consts: Any) -> None:
+    def __call__(self, grid: int | tuple[int, int], *args: Any, **consts: Any) -> None:
+        g0, g1 = (grid, 1) if isinstance(grid, int) else grid
         if not self.fast:
-            self.fn[(grid,)](*args, **consts)
+            self.fn[(g0, g1)](*args, **consts)
             return
         key = self._key_of(args, consts)
         kernel = self._kernels.get(key)
         if kernel is None or _hooks_installed():
-            kernel = self.fn[(grid,)](*args, **consts)
+            kernel = self.fn[(g0, g1)](*args, **consts)
             self._kernels[key] = kernel
             return
         values = [consts[name] for name in self.names[len(args):]]
         stream = torch.cuda.current_stream().cuda_stream
         try:
-            kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None,
+            kernel.run(g0, g1, 1, stream, kernel.function, kernel.packed_metadata, None, None,
                        None, *args, *values)
         except TypeError:
             self.fast = False
-            self.fn[(grid,)](*args, **consts)
+            self.fn[(g0, g1)](*args, **consts)
