@@ -241,12 +241,12 @@ def gather_rows(
             else:
                 src, dst, row = src3, dst3, row3
             if c == k:
-                row = row.to(tl.int64)
-                for start in range(0, row, BLOCK):
+                nbytes = row.to(tl.int64)
+                for start in range(0, nbytes, BLOCK):
                     i = start + offs
-                    mask = i < row
-                    v = tl.load(src + slot * row + i, mask=mask)
-                    tl.store(dst + q * row + i, v, mask=mask)
+                    mask = i < nbytes
+                    v = tl.load(src + slot * nbytes + i, mask=mask)
+                    tl.store(dst + q * nbytes + i, v, mask=mask)
 
 
 @triton.jit(
@@ -281,11 +281,10 @@ def copy_rows(
             else:
                 src, dst, row = in3, out3, row3
             if c == k:
-                row = row.to(tl.int64)
-                n0 = len0 * row
-                m0 = offs < n0
-                tl.store(dst + slot0 * row + offs, tl.load(src + src0 * row + offs, mask=m0),
-                         mask=m0)
-                m1 = offs < len1 * row
-                tl.store(dst + slot1 * row + offs, tl.load(src + src1 * row + offs, mask=m1),
-                         mask=m1)
+                nbytes = row.to(tl.int64)
+                m0 = offs < len0 * nbytes
+                v0 = tl.load(src + src0 * nbytes + offs, mask=m0)
+                tl.store(dst + slot0 * nbytes + offs, v0, mask=m0)
+                m1 = offs < len1 * nbytes
+                v1 = tl.load(src + src1 * nbytes + offs, mask=m1)
+                tl.store(dst + slot1 * nbytes + offs, v1, mask=m1)
