@@ -73,7 +73,7 @@ def table(results: list[dict], dtypes: list[str]) -> str:
             ms = {
                 r["impl"]: r["ms"]
                 for r in results
-                if r["line"] == key and r["obs_dtype"] == dtype
+                if r["line"] == key and r.get("obs_dtype") == dtype
             }
             if not ms:
                 continue

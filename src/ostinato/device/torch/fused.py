@@ -103,12 +103,8 @@ class FusedPrioritizedSampler:
                 f"capacity ({capacity}) exceeds the fused kernels' limit ({MAX_BLOCK ** 2})"
             )
         from ostinato.device.torch import triton_kernels as tk
-        from ostinato.device.torch.launch import Launcher
 
-        self._write = Launcher(tk.write_leaves)
-        self._update = Launcher(tk.update_leaves)
-        self._stats = Launcher(tk.block_stats)
-        self._query = Launcher(tk.query)
+        self._k = tk
         self.capacity = int(capacity)
         self.dtype = tree_dtype
         self.validate = bool(validate)
@@ -211,8 +207,8 @@ class FusedPrioritizedSampler:
         s1 = segments[1] if len(segments) > 1 else Segment(0, 0, 0)
         # One priority per row, or one for every row (read with stride 0), or the maximum.
         prio = self._empty if leaves is None else leaves
-        self._write(
-            1, self.leaves, prio, self._max_bits, self._counters,
+        self._k.write_leaves[(1,)](
+            self.leaves, prio, self._max_bits, self._counters,
             s0.slot, s0.src, s0.length, s1.slot, s1.src, s1.length,
             int(prio.shape[0] > 1), inc, self.alpha,
             FLOOR=self._floor, MODE=0 if leaves is None else 1, BLOCK=_WRITE_BLOCK,
@@ -235,8 +231,8 @@ class FusedPrioritizedSampler:
         if n == 0:
             return
         self._sync_counters(ring)
-        self._update(
-            -(-n // _UPDATE_BLOCK), self.leaves, ids, p, self._max_bits, self._counters, n, self.capacity, self.alpha,
+        self._k.update_leaves[(-(-n // _UPDATE_BLOCK),)](
+            self.leaves, ids, p, self._max_bits, self._counters, n, self.capacity, self.alpha,
             FLOOR=self._floor, BLOCK=_UPDATE_BLOCK,
         )
 
@@ -260,10 +256,10 @@ class FusedPrioritizedSampler:
         slots = torch.empty(count, dtype=torch.int64, device=dev)
         ids = torch.empty(count, dtype=torch.int64, device=dev)
         weights = torch.empty(count, dtype=torch.float32, device=dev)
-        self._stats(self.nblocks, self.leaves, self._bsum, self._bmin, B=self.block)
+        self._k.block_stats[(self.nblocks,)](self.leaves, self._bsum, self._bmin, B=self.block)
         qb = self._qb
-        self._query(
-            -(-count // qb), self.leaves, self._bsum, self._bmin, u, slots, ids, weights, self._counters,
+        self._k.query[(-(-count // qb),)](
+            self.leaves, self._bsum, self._bmin, u, slots, ids, weights, self._counters,
             count, self.nblocks, self.capacity, float(beta),
             NB=self._nb_p2, B=self.block, QB=qb, num_warps=4 if self.block <= 1024 else 8,
         )

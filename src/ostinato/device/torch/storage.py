@@ -11,7 +11,6 @@ import torch
 from ostinato.device.ring import RingCursor, Segment
 from ostinato.device.spec import ColumnSpec, check_row_count, dtype_name, split_batch
 from ostinato.device.torch.device import full, resolve_device, torch_dtype
-from ostinato.device.torch.rows import RowKernels
 
 
 class TensorStorage:
@@ -57,7 +56,6 @@ class TensorStorage:
             if self.device.type == "cpu"
             else None
         )
-        self._rows = RowKernels.for_columns(self.columns, self.device)
 
     def __len__(self) -> int:
         return self.ring.size
@@ -130,8 +128,7 @@ class TensorStorage:
             The slot segments written, for samplers that track per-slot state.
         """
         segments = self.ring.advance(rows)
-        if self._rows is not None and self._rows.write(segments, tensors):
-            return segments
+
         nb = self._non_blocking
         host = self._host or [None] * len(self.columns)
         if single:
@@ -164,8 +161,6 @@ class TensorStorage:
     # ------------------------------------------------------------------ reading
     def gather(self, slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Returns new tensors with the rows at physical ``slots`` (a long tensor)."""
-        if self._rows is not None:
-            return self._rows.gather(slots)
         if self._host is None:
             return tuple(column.index_select(0, slots) for column in self.columns)
         index = slots.numpy()

@@ -43,8 +43,8 @@ def _leaf(p, alpha, FLOOR: tl.constexpr, LEAF: tl.constexpr):
     return tl.maximum(leaf, tl.full((1,), FLOOR, LEAF))
 
 
-# Integer arguments are not specialised on: Triton would otherwise compile a variant per
-# alignment and for the value 1, and ostinato.device.torch.launch relies on there being none.
+# Integer arguments that change from call to call are not specialised on (Triton would
+# otherwise compile a variant per alignment and for the value 1).
 @triton.jit(
     do_not_specialize=["slot0", "src0", "len0", "slot1", "src1", "len1", "prio_stride", "inc"]
 )
@@ -212,79 +212,3 @@ def query(
     tl.store(ids_ptr + q, (newest - back).to(tl.int64), mask=qmask)
     tl.store(weights_ptr + q, weight, mask=qmask)
 
-
-@triton.jit(do_not_specialize=["count", "row0", "row1", "row2", "row3"])
-def gather_rows(
-    slots_ptr,
-    count,
-    src0, dst0, row0,
-    src1, dst1, row1,
-    src2, dst2, row2,
-    src3, dst3, row3,
-    NCOL: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """``dst_c[q] = src_c[slots[q]]`` for up to four columns at once, rows as bytes.
-    Program ``(q, c)`` copies row ``q`` of column ``c``."""
-    q = tl.program_id(0)
-    c = tl.program_id(1)
-    slot = tl.load(slots_ptr + q).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    for k in tl.static_range(4):
-        if k < NCOL:
-            if k == 0:
-                src, dst, row = src0, dst0, row0
-            elif k == 1:
-                src, dst, row = src1, dst1, row1
-            elif k == 2:
-                src, dst, row = src2, dst2, row2
-            else:
-                src, dst, row = src3, dst3, row3
-            if c == k:
-                nbytes = row.to(tl.int64)
-                for start in range(0, nbytes, BLOCK):
-                    i = start + offs
-                    mask = i < nbytes
-                    v = tl.load(src + slot * nbytes + i, mask=mask)
-                    tl.store(dst + q * nbytes + i, v, mask=mask)
-
-
-@triton.jit(
-    do_not_specialize=["slot0", "src0", "len0", "slot1", "src1", "len1",
-                       "row0", "row1", "row2", "row3"]
-)
-def copy_rows(
-    slot0, src0, len0,
-    slot1, src1, len1,
-    in0, out0, row0,
-    in1, out1, row1,
-    in2, out2, row2,
-    in3, out3, row3,
-    NCOL: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """An insert's rows for up to four columns at once, rows as bytes: rows ``src + i`` of
-    each input go to slots ``slot + i`` of its column, for the two segments of a ring write.
-    Program ``(chunk, c)`` copies bytes ``[chunk * BLOCK, (chunk + 1) * BLOCK)`` of both
-    segments of column ``c``."""
-    chunk = tl.program_id(0)
-    c = tl.program_id(1)
-    offs = chunk * BLOCK + tl.arange(0, BLOCK)
-    for k in tl.static_range(4):
-        if k < NCOL:
-            if k == 0:
-                src, dst, row = in0, out0, row0
-            elif k == 1:
-                src, dst, row = in1, out1, row1
-            elif k == 2:
-                src, dst, row = in2, out2, row2
-            else:
-                src, dst, row = in3, out3, row3
-            if c == k:
-                nbytes = row.to(tl.int64)
-                m0 = offs < len0 * nbytes
-                v0 = tl.load(src + src0 * nbytes + offs, mask=m0)
-                tl.store(dst + slot0 * nbytes + offs, v0, mask=m0)
-                m1 = offs < len1 * nbytes
-                v1 = tl.load(src + src1 * nbytes + offs, mask=m1)
-                tl.store(dst + slot1 * nbytes + offs, v1, mask=m1)
