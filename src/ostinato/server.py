@@ -98,7 +98,13 @@ class Server:
       token: shared secret every call must carry (``Client(..., token=...)``).
       tls: :class:`ServerTLS` to serve over TLS.
       max_message_bytes: largest gRPC message accepted or sent.
-      max_workers: threads serving RPCs (each open writer stream holds one).
+      max_workers: bound of each of the threads pools that do the RPCs' work (one for insert
+        requests, one for samples; control calls have their own two threads). Open insert
+        streams hold no thread (see :mod:`ostinato.wire.service`).
+      max_streams: open insert streams accepted; past it a new stream is refused at once
+        with ``RESOURCE_EXHAUSTED``.
+      idle_stream_seconds: an insert stream that sends nothing for this long is ended (a
+        writer reopens it when it next writes); ``None`` never.
       shared_memory: let writers on this machine pass large rows through a shared-memory
         ring instead of gRPC messages (see :mod:`ostinato.wire.shm`; writers fall back to
         sending rows inline when refused). ``False`` refuses every ring.
@@ -115,7 +121,8 @@ class Server:
                  checkpointer: Any = None, *, host: str = "localhost", token: str | None = None,
                  tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
                  max_workers: int = 64, shared_memory: bool = True,
-                 metrics_port: int | None = None):
+                 metrics_port: int | None = None, max_streams: int = 4096,
+                 idle_stream_seconds: float | None = 300.0):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -168,7 +175,8 @@ class Server:
             self._grpc, bound, self._service = start_grpc_server(
                 self, host, port or 0, token=token, tls=tls,
                 max_message_bytes=max_message_bytes, max_workers=max_workers,
-                shared_memory=bool(shared_memory))
+                shared_memory=bool(shared_memory), max_streams=max_streams,
+                idle_stream_seconds=idle_stream_seconds)
         except ValueError as e:
             for t in tables:
                 t.detach(self)
@@ -270,8 +278,8 @@ class Server:
         for t in self._tables.values():
             t.close()
         # A short grace lets the calls just woken above send their CANCELLED replies.
-        self._grpc.stop(grace=1.0).wait(3)
-        self._service.executor.shutdown(wait=False, cancel_futures=True)
+        self._grpc.stop(grace=1.0, timeout=3.0)
+        self._service.shutdown()
         registry.unregister(self._port, self)
         self._stopped.set()
 

@@ -5,6 +5,19 @@ Handlers of service ``ostinato.Replay`` (the messages are in :mod:`ostinato.wire
 ``ServerInfo``, ``Checkpoint``, ``Stats`` (unary). Every request is counted by method and
 status, with its bytes (:class:`RequestStats`, read by :mod:`ostinato.ops`).
 
+Threads are not streams. The service runs on one event loop (``grpc.aio``, in a thread of
+its own): an open Insert stream waiting for its writer's next request costs a little memory
+and no thread, so hundreds of writers do not hold anything that other calls need. The work of
+a request runs in one of three bounded thread pools, so that no kind of call queues behind
+another: *data* (an Insert request: decoding, storing, waiting for a rate limiter), *sample*
+(a Sample call, which may wait for its rate limiter), and *control* (``ServerInfo``,
+``Mutate``, ``Reset``, ``Checkpoint``, ``Stats``). Threads are started as work arrives, up to
+each pool's bound; the thread count does not grow with the number of streams.
+
+Past ``max_streams`` open Insert streams a new one is refused at once with
+``RESOURCE_EXHAUSTED``; a stream that sends no request for ``idle_stream_seconds`` is ended
+(normally: a public writer reopens it when it next writes).
+
 A malformed request gets ``INVALID_ARGUMENT`` and changes nothing; other clients are not
 affected. Calls that wait on a rate limiter wait in short slices and give up when the client
 goes away, so a dead client never pins a server thread.
@@ -12,9 +25,10 @@ goes away, so a dead client never pins a server thread.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent import futures
 from typing import Any
 
@@ -73,9 +87,42 @@ class RequestStats:
         return {"requests": by_method, "received_bytes": received, "sent_bytes": sent}
 
 
-def _status_name(context: grpc.ServicerContext, default: str = "UNKNOWN") -> str:
-    code = getattr(context, "code", lambda: None)()
-    return code.name if isinstance(code, grpc.StatusCode) else default
+#: Open Insert streams a server accepts before it answers RESOURCE_EXHAUSTED.
+DEFAULT_MAX_STREAMS = 4096
+#: Seconds an Insert stream may wait for its next request before the server ends it.
+DEFAULT_IDLE_STREAM_SECONDS = 300.0
+#: Threads answering control calls (ServerInfo, Mutate, Reset, Checkpoint, Stats).
+CONTROL_THREADS = 2
+
+
+class Gone:
+    """Set (on the event loop) when a call ends or its client leaves; read from the pools."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._hooks: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
+
+    def set(self, *_: Any) -> None:
+        with self._lock:
+            self._event.set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def active(self) -> bool:
+        return not self._event.is_set()
+
+    def on_set(self, hook: Callable[[], Any]) -> None:
+        """Calls ``hook`` when set (at once if it already is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._hooks.append(hook)
+                return
+        hook()
 
 
 class ReplayService:
@@ -88,14 +135,25 @@ class ReplayService:
 
     def __init__(self, server: Any, *, token: str | None = None,
                  max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
-                 shared_memory: bool = True):
+                 shared_memory: bool = True, max_workers: int = 64,
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS):
         self._server = server
         self._token = token
         self._max_bytes = max_message_bytes
         self._shared_memory = shared_memory
+        self._max_streams = max_streams
+        self._idle = idle_stream_seconds
         self.streams = StreamStats()
         self.requests = RequestStats()
         self._item_bytes: dict[str, float] = {}
+        self.pools = {
+            "data": futures.ThreadPoolExecutor(max_workers, thread_name_prefix="ostinato-rpc-data"),
+            "sample": futures.ThreadPoolExecutor(max_workers,
+                                                 thread_name_prefix="ostinato-rpc-sample"),
+            "control": futures.ThreadPoolExecutor(CONTROL_THREADS,
+                                                  thread_name_prefix="ostinato-rpc-control"),
+        }
 
     @property
     def active_streams(self) -> int:
@@ -109,13 +167,18 @@ class ReplayService:
     def ring_bytes(self) -> int:
         return self.streams.ring_bytes
 
+    def shutdown(self) -> None:
+        """Stops the pools (work queued and not started is dropped)."""
+        for pool in self.pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+
     # -- plumbing ---------------------------------------------------------------------------
-    def _authorize(self, context: grpc.ServicerContext) -> None:
+    async def _authorize(self, context: Any) -> None:
         if self._token is None:
             return
-        md = dict(context.invocation_metadata())
+        md = dict(context.invocation_metadata() or ())
         if md.get("authorization") != f"Bearer {self._token}":
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
 
     def _table(self, name: str) -> Any:
         t = self._server.tables_by_name.get(name)
@@ -123,27 +186,40 @@ class ReplayService:
             raise errors.TableNotFoundError(name, list(self._server.tables_by_name))
         return t
 
-    def _unary(self, name: str, fn: Any) -> Any:
-        stats = self.requests
+    @staticmethod
+    def _gone(context: Any) -> Gone:
+        gone = Gone()
+        context.add_done_callback(gone.set)
+        return gone
 
-        def handler(raw: bytes, context: grpc.ServicerContext) -> bytes:
+    def _unary(self, name: str, fn: Any, pool: str) -> Any:
+        stats = self.requests
+        executor = self.pools[pool]
+
+        def work(raw: bytes, gone: Gone) -> bytes:
+            return codec.pack(fn(codec.unpack(raw), gone))
+
+        async def handler(raw: bytes, context: Any) -> bytes:
             status = "UNAUTHENTICATED"
             out = b""
             try:
-                self._authorize(context)
+                await self._authorize(context)
                 status = "UNKNOWN"
+                gone = self._gone(context)
                 try:
-                    out = codec.pack(fn(codec.unpack(raw), context))
+                    out = await asyncio.get_running_loop().run_in_executor(
+                        executor, work, raw, gone)
                     status = "OK"
                     return out
-                except grpc.RpcError:
-                    status = _status_name(context)
+                except asyncio.CancelledError:
+                    status = "CANCELLED"
+                    gone.set()
                     raise
                 except Exception as e:  # noqa: BLE001 - every error goes back to the caller
                     status = code_for(e).name
                     if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
                         _log.exception("internal error in %s", getattr(fn, "__name__", fn))
-                    abort_with(context, e)
+                    await abort_with(context, e)
                     raise  # unreachable: abort raises
             finally:
                 stats.record(name, status, len(raw), len(out))
@@ -151,65 +227,104 @@ class ReplayService:
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         ident = None  # bytes in, bytes out
-        handlers = {name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn)))
-                    for name, fn in (("Sample", "sample"), ("Mutate", "mutate"),
-                                     ("Reset", "reset"), ("ServerInfo", "server_info"),
-                                     ("Checkpoint", "checkpoint"), ("Stats", "stats"))}
+        handlers = {
+            name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn), pool))
+            for name, fn, pool in (("Sample", "sample", "sample"),
+                                   ("Mutate", "mutate", "control"),
+                                   ("Reset", "reset", "control"),
+                                   ("ServerInfo", "server_info", "control"),
+                                   ("Checkpoint", "checkpoint", "control"),
+                                   ("Stats", "stats", "control"))}
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
             self.insert, ident, ident)
         return grpc.method_handlers_generic_handler(protocol.SERVICE, handlers)
 
-    def _wait_slices(self, fn: Any, timeout_ms: Any, context: grpc.ServicerContext) -> Any:
+    def _wait_slices(self, fn: Any, timeout_ms: Any, gone: Gone) -> Any:
         """Runs ``fn(slice_seconds)`` until it stops timing out, the deadline passes or the
         client leaves."""
         deadline = Deadline.from_ms(timeout_ms)
         while True:
-            if not context.is_active():
+            if gone.is_set():
                 raise errors.CancelledError("the client went away")
             r = deadline.remaining()
             try:
                 return fn(WAIT_SLICE if r is None else min(r, WAIT_SLICE))
             except errors.RateLimiterTimeout:
-                if deadline.expired() or not context.is_active():
+                if deadline.expired() or gone.is_set():
                     raise
                 if r is not None and r <= WAIT_SLICE:
                     raise
 
     # -- insert -------------------------------------------------------------------------------
-    def insert(self, request_iterator: Iterator[bytes],
-               context: grpc.ServicerContext) -> Iterator[bytes]:
+    @staticmethod
+    def _run_request(session: InsertSession, raw: bytes, gone: Gone,
+                     loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+        """In the data pool: stores one request, handing each ack (or the error) to the loop."""
+        put = queue.put_nowait
+        try:
+            for n in session.handle(raw, gone.active):
+                loop.call_soon_threadsafe(put, n)
+                if n is None:
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the stream's coroutine
+            loop.call_soon_threadsafe(put, e)
+        finally:
+            loop.call_soon_threadsafe(put, _DONE)
+
+    async def _next(self, requests: Any) -> bytes | None:
+        """The stream's next request; None when it ends or stays idle too long."""
+        try:
+            if self._idle is None:
+                return await requests.__anext__()
+            return await asyncio.wait_for(requests.__anext__(), self._idle)
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            return None
+
+    async def insert(self, request_iterator: Any, context: Any) -> AsyncIterator[bytes]:
         method = protocol.INSERT_METHOD
         stats = self.requests
         try:
-            self._authorize(context)
+            await self._authorize(context)
         except BaseException:
             stats.record(method, "UNAUTHENTICATED", 0, 0)
             raise
-        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
         with self.streams.lock:
-            self.streams.active_streams += 1
+            full = self.streams.active_streams >= self._max_streams
+            if not full:
+                self.streams.active_streams += 1
+        if full:
+            stats.record(method, "RESOURCE_EXHAUSTED", 0, 0)
+            await abort_with(context, errors.ResourceExhaustedError(
+                f"this server has {self._max_streams} insert streams open (max_streams); "
+                "try again later or raise Server(max_streams=...)"))
+        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
+        gone = self._gone(context)
+        loop = asyncio.get_running_loop()
+        data = self.pools["data"]
+        requests = request_iterator.__aiter__()
         sent = 0  # ack bytes not yet recorded
         status = None  # status of the request being handled, once it is known
+        raw = b""
         try:
-            for raw in request_iterator:
-                status = "UNKNOWN"
-                acks = session.handle(raw, context.is_active)
+            while True:
+                got = await self._next(requests)
+                if got is None:
+                    break
+                raw, status = got, "UNKNOWN"
+                queue: asyncio.Queue = asyncio.Queue()
+                loop.run_in_executor(data, self._run_request, session, raw, gone, loop, queue)
                 while True:
-                    try:
-                        n = next(acks, _DONE)
-                    except grpc.RpcError:
-                        status = _status_name(context)
-                        raise
-                    except ShmError as e:  # the writer resends inline: nothing was stored
-                        status = "FAILED_PRECONDITION"
-                        abort_shm_refused(context, str(e))
-                    except Exception as e:  # noqa: BLE001
-                        status = code_for(e).name
-                        if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
-                            _log.exception("internal error in Insert")
-                        abort_with(context, e)
+                    n = await queue.get()
                     if n is _DONE:
                         break
+                    if isinstance(n, ShmError):  # the writer resends inline: nothing was stored
+                        status = "FAILED_PRECONDITION"
+                        await abort_shm_refused(context, str(n))
+                    if isinstance(n, BaseException):
+                        status = code_for(n).name
+                        if not isinstance(n, (errors.ReverbError, ValueError, TypeError)):
+                            _log.error("internal error in Insert", exc_info=n)
+                        await abort_with(context, n)
                     if n is None:  # the client went away while we waited
                         status = "CANCELLED"
                         return
@@ -218,28 +333,33 @@ class ReplayService:
                     yield ack
                 stats.record(method, "OK", len(raw), sent)
                 status, sent = None, 0
+        except asyncio.CancelledError:
+            if status is not None:
+                status = "CANCELLED"
+            raise
         finally:
-            if status is not None:  # the stream ended on a request (raw is bound then)
-                if status == "UNKNOWN" and not context.is_active():
+            gone.set()
+            if status is not None:  # the stream ended on a request
+                if status == "UNKNOWN" and context.cancelled():
                     status = "CANCELLED"
                 stats.record(method, status, len(raw), sent)
-            session.close()
+            # The data pool may still be finishing this stream's request: close after it.
+            data.submit(session.close)
             with self.streams.lock:
                 self.streams.active_streams -= 1
 
     # -- sample ---------------------------------------------------------------------------------
-    def sample(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def sample(self, msg: Any, gone: Gone) -> dict:
         req = protocol.parse_sample_request(msg)
         table = self._table(req.table)
         # Keep the reply under the message limit: items taken from a table and then not sent
         # would be lost (for a queue). The per-item size is learnt from earlier replies.
         per_item = max(self._item_bytes.get(table.name, 0.0), table.approx_item_bytes())
         n = min(req.num_samples, protocol.approx_reply_items(self._max_bytes, per_item))
-        gone = threading.Event()
-        context.add_callback(lambda: (gone.set(), table.wake()))
+        gone.on_set(table.wake)
         batch = self._wait_slices(
             lambda s: table.sample(n, s, cancelled=gone.is_set, linger=SAMPLE_LINGER_SECONDS),
-            req.timeout_ms, context)
+            req.timeout_ms, gone)
         reply = protocol.sample_reply(batch)
         size = protocol.sample_reply_data_bytes(reply)
         self._item_bytes[table.name] = max(size / max(len(batch), 1),
@@ -247,7 +367,7 @@ class ReplayService:
         return reply
 
     # -- the rest ---------------------------------------------------------------------------------
-    def mutate(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def mutate(self, msg: Any, gone: Gone) -> dict:
         req = protocol.parse_mutate_request(msg)
         table = self._table(req.table)
         n_del = table.delete(req.delete_keys) if req.delete_keys is not None else 0
@@ -256,17 +376,17 @@ class ReplayService:
             n_upd = table.update_priorities(req.update_keys, req.priorities)
         return protocol.mutate_reply(n_del, n_upd)
 
-    def reset(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def reset(self, msg: Any, gone: Gone) -> dict:
         self._table(protocol.parse_reset_request(msg)).reset()
         return {}
 
-    def server_info(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def server_info(self, msg: Any, gone: Gone) -> dict:
         return protocol.server_info_reply([t.info for t in self._server.tables_by_name.values()])
 
-    def checkpoint(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def checkpoint(self, msg: Any, gone: Gone) -> dict:
         return protocol.checkpoint_reply(self._server.checkpoint())
 
-    def stats(self, msg: Any, context: grpc.ServicerContext) -> dict:
+    def stats(self, msg: Any, gone: Gone) -> dict:
         protocol.parse_stats_request(msg)
         return protocol.stats_reply(self._server.metrics())
 
@@ -277,13 +397,51 @@ def _raise_if_bad_tls(tls: Any) -> None:
         raise ValueError(f"tls: {problem}")
 
 
+class GrpcServer:
+    """A ``grpc.aio`` server on an event loop in a thread of its own.
+
+    Args:
+      loop: The loop (running in ``thread``).
+      thread: The loop's thread.
+      server: The ``grpc.aio.Server``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                 server: Any) -> None:
+        self.loop, self.thread, self.server = loop, thread, server
+
+    def stop(self, grace: float = 1.0, timeout: float = 3.0) -> None:
+        """Stops serving (calls in flight get ``grace`` seconds), then the loop. Idempotent."""
+        if self.loop.is_closed():
+            return
+        if self.loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop)
+            try:
+                fut.result(timeout)
+            except (futures.TimeoutError, RuntimeError):
+                pass
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
                       tls: Any, max_message_bytes: int, max_workers: int,
-                      shared_memory: bool = True) -> tuple[grpc.Server, int, ReplayService]:
+                      shared_memory: bool = True, max_streams: int = DEFAULT_MAX_STREAMS,
+                      idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS,
+                      ) -> tuple[GrpcServer, int, ReplayService]:
     """Starts serving; returns (grpc server, bound port, service). Raises ValueError if the
     port cannot be bound."""
     service = ReplayService(server, token=token, max_message_bytes=max_message_bytes,
-                            shared_memory=shared_memory)
+                            shared_memory=shared_memory, max_workers=max_workers,
+                            max_streams=max_streams, idle_stream_seconds=idle_stream_seconds)
     options = [
         ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
         ("grpc.keepalive_time_ms", 10_000),
@@ -295,22 +453,33 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ostinato-rpc")
-    gs = grpc.server(executor, options=options, maximum_concurrent_rpcs=None)
-    service.executor = executor
-    gs.add_generic_rpc_handlers((service.generic_handler(),))
     target = f"{host}:{port}"
-    try:
+
+    async def setup() -> tuple[Any, int]:
+        gs = grpc.aio.server(options=options, maximum_concurrent_rpcs=None)
+        gs.add_generic_rpc_handlers((service.generic_handler(),))
         if tls is not None:
             creds = grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)])
             bound = gs.add_secure_port(target, creds)
         else:
             bound = gs.add_insecure_port(target)
+        if bound:
+            await gs.start()
+        return gs, bound
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=_serve, args=(loop,), name="ostinato-rpc-loop", daemon=True)
+    thread.start()
+    try:
+        gs, bound = asyncio.run_coroutine_threadsafe(setup(), loop).result(30)
     except RuntimeError as e:
+        loop.call_soon_threadsafe(loop.stop)
+        service.shutdown()
         _raise_if_bad_tls(tls)
         raise ValueError(f"port ({port}) could not be bound on {host}: {e}") from None
     if not bound:
+        loop.call_soon_threadsafe(loop.stop)
+        service.shutdown()
         _raise_if_bad_tls(tls)
         raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
-    gs.start()
-    return gs, bound, service
+    return GrpcServer(loop, thread, gs), bound, service

@@ -7,6 +7,7 @@ field, never by matching message text. Unknown names fall back to the status cod
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote, unquote
 
 import grpc
@@ -63,16 +64,24 @@ def code_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
-    """Ends the RPC with the status for ``exc`` (raises, as ``context.abort`` does)."""
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """The status code, details and trailing metadata that end an RPC failing with ``exc``."""
     name = type(exc).__name__ if type(exc).__name__ in _BY_NAME else ""
     if isinstance(exc, errors.TableNotFoundError):
-        context.set_trailing_metadata((
+        meta: tuple[tuple[str, str], ...] = (
             (ERROR_KEY, name), ("ostinato-table", quote(exc.table, safe="")),
-            ("ostinato-available", ",".join(quote(a, safe="") for a in exc.available))))
+            ("ostinato-available", ",".join(quote(a, safe="") for a in exc.available)))
     else:
-        context.set_trailing_metadata(((ERROR_KEY, name),))
-    context.abort(code_for(exc), str(exc) or type(exc).__name__)
+        meta = ((ERROR_KEY, name),)
+    return code_for(exc), str(exc) or type(exc).__name__, meta
+
+
+async def abort_with(context: Any, exc: BaseException) -> None:
+    """Ends the RPC (of a ``grpc.aio`` server) with the status for ``exc`` (raises
+    ``grpc.aio.AbortError``, as ``context.abort`` does)."""
+    code, details, meta = status_for(exc)
+    context.set_trailing_metadata(meta)
+    await context.abort(code, details)
 
 
 def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
@@ -99,10 +108,15 @@ def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
     return errors.ReverbError(f"{code.name if hasattr(code, 'name') else code}: {details}")
 
 
-def abort_shm_refused(context: grpc.ServicerContext, reason: str) -> None:
+def _shm_refused(reason: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    return ((SHM_REFUSED_KEY, quote(reason, safe=" /")),), f"shared-memory ring refused: {reason}"
+
+
+async def abort_shm_refused(context: Any, reason: str) -> None:
     """Ends an Insert stream whose shared-memory ring cannot be used (raises)."""
-    context.set_trailing_metadata(((SHM_REFUSED_KEY, quote(reason, safe=" /")),))
-    context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"shared-memory ring refused: {reason}")
+    meta, details = _shm_refused(reason)
+    context.set_trailing_metadata(meta)
+    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, details)
 
 
 def shm_refusal(err: grpc.RpcError) -> str | None:

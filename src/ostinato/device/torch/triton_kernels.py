@@ -36,7 +36,7 @@ def _leaf(p, alpha, FLOOR: tl.constexpr, LEAF: tl.constexpr):
     # flushes float64's floor (about 1e-292) to zero.
     p = p.to(LEAF)
     safe = tl.where(p > 0, p, 1.0)
-    leaf = tl.where(p > 0, tl.exp((tl.log(safe.to(tl.float32)) * alpha)).to(LEAF), 0.0)
+    leaf = tl.where(p > 0, tl.exp(tl.log(safe.to(tl.float32)) * alpha).to(LEAF), 0.0)
     leaf = tl.where((p > 0) | (alpha > 0), leaf, 1.0)
     # float32 log/exp lose a few ulps; recover the exact value where pow is exact (alpha 1).
     leaf = tl.where(alpha == 1.0, p, leaf)

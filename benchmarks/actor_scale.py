@@ -1,0 +1,250 @@
+"""Actor scale: N paced writers over P processes feeding one server while a learner samples.
+
+The deployment Reverb is built for: a server in its own process; writers spread over P actor
+processes, each writer appending one step and creating one item every ``--period`` seconds
+(through the public client API); one sampler process taking batches of 256; and a probe that
+opens a fresh client every 0.2 s and times ``server_info()``. Reported per run: items
+through per second against the paced rate, probe latency p50/p99/max, sample-call latency
+p50/p99, the server's thread count and RSS at the end, and writer errors.
+
+    python benchmarks/actor_scale.py --impl ostinato --writers 32,128,256 --processes 8
+    python benchmarks/actor_scale.py --compare --writers 32,128,256   # + dm-reverb, alternated
+
+``--compare`` runs dm-reverb under ``$OSTINATO_REVERB_PYTHON`` (see benchmarks/README.md).
+Results: ``results_actor_scale.json`` and ``.md`` beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from servers import import_impl, readline, reverb_python, stop_child  # noqa: E402
+
+TABLE = [{"name": "t", "kind": "uniform", "max_size": 1_000_000, "min_size": 1}]
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("Threads", "VmRSS"):
+                out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def _client(reverb, impl: str, port: int):
+    if impl == "ostinato":
+        return reverb.Client(f"localhost:{port}", in_process=False)
+    return reverb.Client(f"localhost:{port}")
+
+
+def writer_child(impl: str, port: int, n: int, period: float, seconds: float) -> None:
+    """A writer process: ``n`` writers, each one item per ``period``; prints JSON."""
+    import numpy as np
+
+    reverb, _ = import_impl(impl)
+    client = _client(reverb, impl, port)
+    writers = [client.trajectory_writer(num_keep_alive_refs=1) for _ in range(n)]
+    print("ready", flush=True)
+    sys.stdin.readline()  # go
+    start = time.monotonic()
+    steps = int(seconds / period)
+    created, errors = 0, 0
+    for step in range(steps):
+        for w in writers:
+            try:
+                w.append({"x": np.float32(step)})
+                w.create_item("t", 1.0, {"x": w.history["x"][-1]})
+                created += 1
+            except Exception:  # noqa: BLE001 - counted, reported
+                errors += 1
+        lag = start + (step + 1) * period - time.monotonic()
+        if lag > 0:
+            time.sleep(lag)
+    elapsed = time.monotonic() - start
+    for w in writers:
+        try:
+            w.flush(timeout_ms=60_000)
+            w.close()
+        except Exception:  # noqa: BLE001
+            errors += 1
+    print(json.dumps({"created": created, "errors": errors, "elapsed": elapsed}), flush=True)
+    os._exit(0)
+
+
+def sampler_child(impl: str, port: int, seconds: float) -> None:
+    """Samples batches of 256 for ``seconds``; prints the call latencies as JSON."""
+    reverb, _ = import_impl(impl)
+    client = _client(reverb, impl, port)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    lat = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        try:
+            list(client.sample("t", num_samples=256))
+        except Exception:  # noqa: BLE001 - the table may still be empty
+            time.sleep(0.01)
+            continue
+        lat.append(time.monotonic() - t0)
+    print(json.dumps({"latencies": lat}), flush=True)
+    os._exit(0)
+
+
+def one_run(impl: str, writers: int, processes: int, period: float, seconds: float) -> dict:
+    """One measurement with this interpreter's implementation."""
+    reverb, version = import_impl(impl)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    me = [sys.executable, __file__, "--impl", impl]
+    server = subprocess.Popen([sys.executable, str(HERE / "servers.py"), "--impl", impl,
+                               "--serve", json.dumps(TABLE)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env)
+    port = int(readline(server, 180, "server start").split()[1])
+    per = [writers // processes + (i < writers % processes) for i in range(processes)]
+    kids = [subprocess.Popen(me + ["--writer-child", str(port), str(n), str(period),
+                                   str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, env=env) for n in per if n]
+    sampler = subprocess.Popen(me + ["--sampler-child", str(port), str(seconds)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        for k in [*kids, sampler]:
+            readline(k, 300, "child start")
+        for k in [*kids, sampler]:
+            k.stdin.write("go\n")
+            k.stdin.flush()
+        probes: list[float] = []
+        unanswered = 0
+        stop = threading.Event()
+
+        def probe() -> None:
+            nonlocal unanswered
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    c = _client(reverb, impl, port)
+                    c.server_info(timeout=10)
+                    probes.append(time.monotonic() - t0)
+                except Exception:  # noqa: BLE001 - no answer within 10 s
+                    unanswered += 1
+                stop.wait(0.2)
+
+        t = threading.Thread(target=probe, daemon=True)
+        t.start()
+        results = [json.loads(readline(k, seconds + 240, "writer end")) for k in kids]
+        stop.set()
+        t.join(15)
+        samples = json.loads(readline(sampler, 120, "sampler end"))["latencies"]
+        status = _proc_status(server.pid)
+        size = _client(reverb, impl, port).server_info()["t"].current_size
+    finally:
+        for k in [*kids, sampler]:
+            if k.poll() is None:
+                k.kill()
+        stop_child(server)
+    elapsed = max(r["elapsed"] for r in results)
+    paced = writers / period
+    return {
+        "impl": impl, "version": version, "writers": writers, "processes": processes,
+        "period": period, "seconds": seconds,
+        "paced_per_s": paced,
+        "created_per_s": sum(r["created"] for r in results) / elapsed,
+        "stored_per_s": size / elapsed, "stored": size,
+        "writer_errors": sum(r["errors"] for r in results),
+        "probe_p50": _pct(probes, 0.5), "probe_p99": _pct(probes, 0.99),
+        "probe_max": max(probes, default=None), "probes_unanswered": unanswered,
+        "sample_p50": _pct(samples, 0.5), "sample_p99": _pct(samples, 0.99),
+        "samples": len(samples),
+        "server_threads": status.get("Threads"), "server_rss_mb": (status.get("VmRSS") or 0) // 1024,
+    }
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1000:.0f} ms"
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| impl | writers / processes | items/s stored (of paced) | server_info p50 / p99 / max "
+           "| unanswered | sample p50 / p99 | server threads | RSS | writer errors |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['impl']} {r['version']} | {r['writers']} / {r['processes']} | "
+            f"{r['stored_per_s']:.0f} of {r['paced_per_s']:.0f} "
+            f"({100 * r['stored_per_s'] / r['paced_per_s']:.0f}%) | "
+            f"{_ms(r['probe_p50'])} / {_ms(r['probe_p99'])} / {_ms(r['probe_max'])} | "
+            f"{r['probes_unanswered']} | {_ms(r['sample_p50'])} / {_ms(r['sample_p99'])} | "
+            f"{r['server_threads']} | {r['server_rss_mb']} MB | {r['writer_errors']} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--impl", default="ostinato", choices=["ostinato", "reverb"])
+    p.add_argument("--compare", action="store_true", help="also dm-reverb, alternated")
+    p.add_argument("--writers", default="32,128,256")
+    p.add_argument("--processes", type=int, default=8)
+    p.add_argument("--period", type=float, default=0.2)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--one", action="store_true", help="one run, JSON on stdout (internal)")
+    p.add_argument("--writer-child", nargs=4, default=None)
+    p.add_argument("--sampler-child", nargs=2, default=None)
+    args = p.parse_args()
+    if args.writer_child:
+        port, n, period, seconds = args.writer_child
+        writer_child(args.impl, int(port), int(n), float(period), float(seconds))
+        return
+    if args.sampler_child:
+        sampler_child(args.impl, int(args.sampler_child[0]), float(args.sampler_child[1]))
+        return
+    counts = [int(x) for x in args.writers.split(",")]
+    if args.one:
+        print(json.dumps(one_run(args.impl, counts[0], args.processes, args.period,
+                                 args.seconds)))
+        return
+    rows = []
+    impls = ["ostinato", "reverb"] if args.compare else [args.impl]
+    for n in counts:
+        procs = max(1, min(args.processes, n))
+        for impl in impls:
+            py = reverb_python() if impl == "reverb" else sys.executable
+            cmd = [py, __file__, "--impl", impl, "--one", "--writers", str(n), "--processes",
+                   str(procs), "--period", str(args.period), "--seconds", str(args.seconds)]
+            print("$", " ".join(cmd), file=sys.stderr, flush=True)
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+            if out.returncode or not lines:
+                print(out.stderr[-3000:], file=sys.stderr)
+                continue
+            rows.append(json.loads(lines[-1]))
+            print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    md = table(rows)
+    (HERE / "results_actor_scale.json").write_text(json.dumps(rows, indent=1))
+    (HERE / "results_actor_scale.md").write_text(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
