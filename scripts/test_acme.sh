@@ -13,6 +13,8 @@
 # functions single-process Acme calls.
 #
 #   bash scripts/test_acme.sh            # install (first time) and run everything
+#   ACME_DQN=1 bash scripts/test_acme.sh # also: Acme's TF DQN agent learns CartPole
+#                                        # (examples/acme_dqn.py; installs sonnet, trfl, gym)
 #
 # Fails on any failing test, and on tracebacks or "Exception ignored in" noise in the output.
 # Without a Python 3.11 interpreter (pyenv or python3.11 on PATH) it says so and exits 0.
@@ -75,5 +77,18 @@ if [ "$status" -ne 0 ] || grep -q "$noise" "$e2e"; then
   tail -n 40 "$e2e"
   echo "test_acme: the end-to-end run FAILED or did not exit cleanly"
   exit 1
+fi
+
+if [ "${ACME_DQN:-0}" = "1" ]; then
+  "${pip[@]}" dm-sonnet trfl tensorflow-probability gym pygame pillow
+  dqn="$work/dqn.log"
+  (cd "$work" && "$root/.venv-acme/bin/python" "$root/examples/acme_dqn.py" --min-return 150 \
+     --max-episodes 600) > "$dqn" 2>&1 && status=0 || status=$?
+  tail -n 1 "$dqn"
+  if [ "$status" -ne 0 ] || grep -q "$noise" "$dqn"; then
+    tail -n 40 "$dqn"
+    echo "test_acme: Acme's DQN did not learn or did not exit cleanly"
+    exit 1
+  fi
 fi
 echo "test_acme: passed in $(( $(date +%s) - start ))s"
