@@ -193,7 +193,7 @@ class Client:
     def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True,
                           max_chunk_length: int | None = None,
                           max_pending_items: int | None = None,
-                          get_signature_timeout_ms: Any = _DEFAULT) -> TrajectoryWriter:
+                          get_signature_timeout_ms: int | None = _DEFAULT) -> TrajectoryWriter:
         """A :class:`~ostinato.writers.trajectory_writer.TrajectoryWriter`.
 
         Args:
