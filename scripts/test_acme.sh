@@ -33,7 +33,8 @@ start=$(date +%s)
 if [ ! -x .venv-acme/bin/python ]; then
   "$py" -m venv .venv-acme
 fi
-pip=(.venv-acme/bin/python -m pip install -q -c scripts/acme_constraints.txt)
+# --no-warn-conflicts: dm-acme declares dm-launchpad, deliberately not installed (see above).
+pip=(.venv-acme/bin/python -m pip install -q --no-warn-conflicts -c scripts/acme_constraints.txt)
 "${pip[@]}" tensorflow-cpu numpy jax jaxlib dm-tree dm-env absl-py pandas pytest pytest-timeout
 "${pip[@]}" --no-deps dm-acme==0.4.0
 "${pip[@]}" -e .
