@@ -30,6 +30,20 @@ from ostinato.writers.trajectory_writer import TrajectoryWriter
 SAMPLE_REQUEST_SIZE = 1024
 
 
+class _Default:
+    """The default of an argument whose ``None`` means something else."""
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+#: ``trajectory_writer(get_signature_timeout_ms=...)`` not given.
+_DEFAULT: Any = _Default("<the transport's own wait>")
+
+
 class Client:
     """Client of a replay server.
 
@@ -178,21 +192,33 @@ class Client:
 
     def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True,
                           max_chunk_length: int | None = None,
-                          max_pending_items: int | None = None) -> TrajectoryWriter:
+                          max_pending_items: int | None = None,
+                          get_signature_timeout_ms: int | None = _DEFAULT) -> TrajectoryWriter:
         """A :class:`~ostinato.writers.trajectory_writer.TrajectoryWriter`.
 
         Args:
           num_keep_alive_refs: how many of the newest steps items may refer to.
           validate_items: check table names, priorities and signatures at ``create_item``.
+          get_signature_timeout_ms: (Reverb 0.7, still accepted: Acme passes it) milliseconds to
+            wait for a table's signature from the server when an item is first validated
+            (a ``DeadlineExceededError`` when it passes); ``None`` means, as in Reverb 0.7, that
+            no signature is fetched, so items are not validated. Not given: the transport's own
+            wait.
           max_chunk_length: (Ostinato only) rows per chunk; default sizes chunks by bytes.
           max_pending_items: (Ostinato only) items created but not yet in their tables (held
             back by a rate limiter, or in flight to a server) before ``create_item`` blocks;
             ``None``: 10,000 for a server in this process, ``max_in_flight_items`` (4,096) of
             the client's options over the network.
         """
+        timeout_ms: int | None = None
+        if get_signature_timeout_ms is None:
+            validate_items = False
+        elif get_signature_timeout_ms is not _DEFAULT:
+            timeout_ms = get_signature_timeout_ms
         return TrajectoryWriter(self.transport, num_keep_alive_refs,
                                 validate_items=validate_items, max_chunk_length=max_chunk_length,
-                                max_pending_items=max_pending_items)
+                                max_pending_items=max_pending_items,
+                                signature_timeout_ms=timeout_ms)
 
     def structured_writer(self, configs: Sequence[Any]) -> StructuredWriter:
         """A :class:`~ostinato.writers.structured_writer.StructuredWriter` that creates items

@@ -14,13 +14,18 @@ class SampleInfo(NamedTuple):
     ``probability`` is the probability the sampler gave the item; ``table_size`` the number of
     items at sampling time; ``times_sampled`` counts this sample too. In a batched sample each
     field is a numpy array.
+
+    ``times_sampled`` defaults to ``0`` so that code written for Reverb 0.7, whose
+    ``SampleInfo`` had only the first four fields (Acme 0.4: ``SampleInfo(key, probability,
+    table_size, priority)``), still builds one. A sampled item always reports ``>= 1``, so
+    ``0`` reads as "not reported".
     """
 
     key: Any
     probability: Any
     table_size: Any
     priority: Any
-    times_sampled: Any
+    times_sampled: Any = 0
 
     @staticmethod
     def tf_dtypes():  # pragma: no cover - needs TensorFlow

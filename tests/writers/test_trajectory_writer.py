@@ -308,6 +308,22 @@ def test_closed_writer_raises(client):
         w.append({"a": 1})
 
 
+def test_flush_after_close_returns_as_nothing_is_pending(client):
+    # Acme's ReverbAdder.__del__ flushes then closes; its tests call __del__ by hand, so the
+    # collector's call flushes a closed writer (Reverb raised: "Exception ignored in" noise).
+    w = client.trajectory_writer(2)
+    w.append({"a": 1})
+    w.create_item("queue", 1.0, {"a": w.history["a"][-1]})
+    for _ in range(2):
+        w.flush(0, timeout_ms=10_000)
+        w.close()
+    assert client.server_info()["queue"].current_size == 1
+    with pytest.raises(RuntimeError, match="Close has been called"):
+        w.end_episode()
+    with pytest.raises(ValueError, match="block_until_num_items must be >= 0"):
+        w.flush(-1)
+
+
 def test_writer_blocks_instead_of_growing_without_bound(client):
     w = client.trajectory_writer(1, max_pending_items=3)
     for i in range(4):
@@ -318,3 +334,59 @@ def test_writer_blocks_instead_of_growing_without_bound(client):
         w.create_item("tiny", 1.0, {"x": w.history["x"][-1]}, timeout_ms=50)
     assert w.num_pending_items == 3
     w.close()
+
+
+# -- Reverb 0.7's `get_signature_timeout_ms` (Acme 0.4 passes it) ---------------------------------
+
+@pytest.mark.parametrize("timeout_ms", [300_000, 0, np.int32(5)])
+def test_get_signature_timeout_ms_is_accepted_and_items_are_validated(client, timeout_ms):
+    with client.trajectory_writer(num_keep_alive_refs=2,
+                                  get_signature_timeout_ms=timeout_ms) as w:
+        w.append({"x": np.int32(1)})
+        w.create_item("queue", 1.0, {"x": w.history["x"][-1]})
+        with pytest.raises(errors.TableNotFoundError, match="nope"):
+            w.create_item("nope", 1.0, {"x": w.history["x"][-1]})
+    assert client.server_info()["queue"].current_size == 1
+
+
+def test_get_signature_timeout_ms_none_skips_validation_as_reverb_07_did(make_server):
+    server = make_server(reverb.Table("p", reverb.selectors.Prioritized(1.0),
+                                      reverb.selectors.Fifo(), 10, reverb.rate_limiters.MinSize(1)))
+    client = server.localhost_client()
+    with client.trajectory_writer(2, get_signature_timeout_ms=None) as w:
+        assert w._validate is False
+        w.append({"x": 1})
+        w.create_item("p", 1.0, {"x": w.history["x"][-1]})
+    assert client.server_info()["p"].current_size == 1
+    assert client.trajectory_writer(2)._validate is True
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "100"])
+def test_get_signature_timeout_ms_must_be_none_or_non_negative_integer(client, bad):
+    with pytest.raises(ValueError, match=rf"get_signature_timeout_ms \({bad!r}\) must be None or "
+                                         r"a non-negative integer \(milliseconds\)"):
+        client.trajectory_writer(2, get_signature_timeout_ms=bad)
+
+
+def test_get_signature_timeout_ms_bounds_the_wait_for_an_unreachable_server():
+    import time
+
+    client = reverb.Client("localhost:1", in_process=False)
+    w = client.trajectory_writer(2, get_signature_timeout_ms=300)
+    w.append({"x": 1})
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError,
+                       match=r"signature of table 'q' within get_signature_timeout_ms=300"):
+        w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+    assert time.monotonic() - start < 5
+
+
+def test_get_signature_timeout_ms_over_the_network(make_server):
+    server = make_server(reverb.Table.queue("q", 10))
+    client = reverb.Client(f"localhost:{server.port}", in_process=False)
+    with client.trajectory_writer(2, get_signature_timeout_ms=3000) as w:
+        w.append({"x": 1})
+        w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+        with pytest.raises(errors.TableNotFoundError):
+            w.create_item("nope", 1.0, {"x": w.history["x"][-1]})
+    assert client.server_info()["q"].current_size == 1

@@ -49,7 +49,11 @@ class Transport(abc.ABC):
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]: ...
 
     @abc.abstractmethod
-    def table_meta(self, table: str) -> TableMeta: ...
+    def table_meta(self, table: str, deadline: Deadline | None = None) -> TableMeta:
+        """What a writer or sampler needs to know about ``table`` (cached once known).
+
+        ``deadline`` bounds the wait for a server that has not told it yet; ``None``: the
+        transport's own bound."""
 
     @abc.abstractmethod
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:

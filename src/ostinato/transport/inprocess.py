@@ -46,7 +46,8 @@ class InProcessTransport(Transport):
                                           self.address)
         return {name: t.info for name, t in self._server.tables_by_name.items()}
 
-    def table_meta(self, table: str) -> TableMeta:
+    def table_meta(self, table: str, deadline: Deadline | None = None) -> TableMeta:
+        del deadline  # the tables are in this process: nothing to wait for
         meta = self._meta.get(table)
         if meta is None:
             t = self._table(table)

@@ -128,8 +128,8 @@ class ShardedTransport(Transport):
             )
         return merged
 
-    def table_meta(self, table: str) -> TableMeta:
-        return self.shards[0].table_meta(table)
+    def table_meta(self, table: str, deadline: Deadline | None = None) -> TableMeta:
+        return self.shards[0].table_meta(table, deadline)
 
     def healthy(self) -> bool:
         return all(s.healthy() for s in self.shards)

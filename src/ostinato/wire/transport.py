@@ -172,8 +172,13 @@ class GrpcTransport(Transport):
             self._meta[i.name] = _meta_from_info(i)
         return out
 
-    def table_meta(self, table: str) -> TableMeta:
+    def table_meta(self, table: str, deadline: Deadline | None = None) -> TableMeta:
         meta = self._meta.get(table)
+        if meta is None and deadline is not None:
+            infos = self.server_info(deadline)
+            meta = self._meta.get(table)
+            if meta is None:
+                raise errors.TableNotFoundError(table, list(infos))
         if meta is None:
             try:
                 infos = self.server_info(Deadline.after(max(self.options.unavailable_timeout, 1.0)))

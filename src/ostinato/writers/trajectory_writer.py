@@ -63,7 +63,8 @@ class TrajectoryWriter:
     """
 
     def __init__(self, transport: Any, num_keep_alive_refs: int, *, validate_items: bool = True,
-                 max_chunk_length: int | None = None, max_pending_items: int | None = None):
+                 max_chunk_length: int | None = None, max_pending_items: int | None = None,
+                 signature_timeout_ms: int | None = None):
         if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
                 or num_keep_alive_refs < 1:
             raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
@@ -73,6 +74,11 @@ class TrajectoryWriter:
                 max_pending_items, (int, np.integer)) or max_pending_items < 1):
             raise ValueError(f"max_pending_items ({max_pending_items!r}) must be None or a "
                              "positive integer")
+        if signature_timeout_ms is not None and (isinstance(signature_timeout_ms, bool) or not isinstance(
+                signature_timeout_ms, (int, np.integer)) or signature_timeout_ms < 0):
+            raise ValueError(f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
+                             "a non-negative integer (milliseconds)")
+        self._signature_timeout_ms = None if signature_timeout_ms is None else int(signature_timeout_ms)
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
         self._default_max_chunk_length = max_chunk_length
@@ -283,7 +289,16 @@ class TrajectoryWriter:
     def _table_meta(self, table: str) -> Any:
         meta = self._table_cache.get(table)
         if meta is None:
-            meta = self._transport.table_meta(table)
+            ms = self._signature_timeout_ms
+            if ms is None:
+                meta = self._transport.table_meta(table)
+            else:
+                try:
+                    meta = self._transport.table_meta(table, Deadline.from_ms(ms))
+                except (errors.DeadlineExceededError, errors.UnavailableError) as e:
+                    raise errors.DeadlineExceededError(
+                        f"create_item could not fetch the signature of table {table!r} within "
+                        f"get_signature_timeout_ms={ms}: {e}") from e
             self._table_cache[table] = meta
         return meta
 
@@ -336,12 +351,18 @@ class TrajectoryWriter:
             means "check once" (Reverb waited forever on 0 here but not in ``end_episode``;
             Ostinato treats both the same).
 
+        A closed writer has nothing pending (``close`` dropped what was), so ``flush`` returns
+        at once; Reverb raised "Close has been called" here, which made Acme's ``ReverbAdder``
+        (whose ``__del__`` flushes and closes, and whose test helper calls ``__del__`` by hand
+        before the collector does) print "Exception ignored in" tracebacks.
+
         Raises:
           DeadlineExceededError: the deadline passed; pending items keep being delivered.
         """
         if block_until_num_items < 0:
             raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
-        self._check_usable()
+        if self._closed:
+            return
         try:
             self._stream.wait(block_until_num_items, Deadline.from_ms(timeout_ms))
         except errors.DeadlineExceededError as e:
