@@ -86,3 +86,77 @@ def test_hundreds_of_streams_do_not_block_other_calls():
             if p.poll() is None:
                 p.kill()
         server.stop()
+
+
+def _rpc_threads() -> int:
+    return sum(t.name.startswith("ostinato-rpc") for t in threading.enumerate())
+
+
+def _raw_streams(port: int, n: int):
+    """``n`` Insert streams that open and never send (no public client needed: D5)."""
+    import grpc
+
+    from ostinato.wire import protocol
+
+    channel = grpc.insecure_channel(f"localhost:{port}")
+    hold = threading.Event()
+
+    def nothing():
+        hold.wait()
+        return
+        yield  # a generator that sends nothing until released
+
+    method = channel.stream_stream(protocol.method_path(protocol.INSERT_METHOD))
+    calls = [method(nothing()) for _ in range(n)]
+    return channel, hold, calls
+
+
+def test_idle_streams_hold_no_thread_and_are_ended():
+    server = reverb.Server([reverb.Table.queue("q", 10)], idle_stream_seconds=2.0)
+    try:
+        client = reverb.Client(f"localhost:{server.port}", in_process=False)
+        client.server_info()
+        before = _rpc_threads()
+        channel, hold, calls = _raw_streams(server.port, 300)
+        deadline = time.monotonic() + 30
+        while server.service.active_streams < 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.service.active_streams == 300
+        t0 = time.monotonic()
+        reverb.Client(f"localhost:{server.port}", in_process=False).server_info()
+        assert time.monotonic() - t0 < 1.0
+        assert _rpc_threads() <= before + 2  # no thread per stream
+        # Streams that send nothing are ended after idle_stream_seconds (OK, not an error).
+        deadline = time.monotonic() + 30
+        while server.service.active_streams and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.service.active_streams == 0
+        hold.set()
+        channel.close()
+    finally:
+        server.stop()
+
+
+def test_streams_past_max_streams_are_refused_at_once():
+    import grpc
+
+    server = reverb.Server([reverb.Table.queue("q", 10)], max_streams=5)
+    try:
+        channel, hold, calls = _raw_streams(server.port, 5)
+        deadline = time.monotonic() + 30
+        while server.service.active_streams < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _, hold2, (extra,) = _raw_streams(server.port, 1)
+        t0 = time.monotonic()
+        try:
+            next(extra)
+            raise AssertionError("the sixth stream was accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "max_streams" in e.details()
+        assert time.monotonic() - t0 < 2.0
+        hold.set()
+        hold2.set()
+        channel.close()
+    finally:
+        server.stop()
