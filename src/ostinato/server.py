@@ -98,9 +98,10 @@ class Server:
       token: shared secret every call must carry (``Client(..., token=...)``).
       tls: :class:`ServerTLS` to serve over TLS.
       max_message_bytes: largest gRPC message accepted or sent.
-      max_workers: bound of each of the threads pools that do the RPCs' work (one for insert
-        requests, one for samples; control calls have their own two threads). Open insert
-        streams hold no thread (see :mod:`ostinato.wire.service`).
+      max_workers: most threads doing the RPCs' work: insert requests use at most
+        ``min(max_workers, 8)``, samples ``min(max_workers, 16)``, control calls two of their
+        own. Open insert streams hold no thread (see :mod:`ostinato.wire.service`); a request
+        waiting for its rate limiter holds one.
       max_streams: open insert streams accepted; past it a new stream is refused at once
         with ``RESOURCE_EXHAUSTED``.
       idle_stream_seconds: an insert stream that sends nothing for this long is ended (a

@@ -122,9 +122,12 @@ def test_idle_streams_hold_no_thread_and_are_ended():
         while server.service.active_streams < 300 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.service.active_streams == 300
-        t0 = time.monotonic()
-        reverb.Client(f"localhost:{server.port}", in_process=False).server_info()
-        assert time.monotonic() - t0 < 1.0
+        took = []
+        for _ in range(3):  # the best of three: the idle streams cost nothing, load may
+            t0 = time.monotonic()
+            reverb.Client(f"localhost:{server.port}", in_process=False).server_info()
+            took.append(time.monotonic() - t0)
+        assert min(took) < 1.0, took
         assert _rpc_threads() <= before + 2  # no thread per stream
         # Streams that send nothing are ended after idle_stream_seconds (OK, not an error).
         deadline = time.monotonic() + 30

@@ -93,6 +93,10 @@ DEFAULT_MAX_STREAMS = 4096
 DEFAULT_IDLE_STREAM_SECONDS = 300.0
 #: Threads answering control calls (ServerInfo, Mutate, Reset, Checkpoint, Stats).
 CONTROL_THREADS = 2
+#: Most threads storing insert requests at once (and waiting for their rate limiters).
+DATA_THREADS = 8
+#: Most threads answering Sample calls at once (and waiting for their rate limiters).
+SAMPLE_THREADS = 16
 
 
 class Gone:
@@ -147,9 +151,14 @@ class ReplayService:
         self.streams = StreamStats()
         self.requests = RequestStats()
         self._item_bytes: dict[str, float] = {}
+        # Python runs one thread at a time: more threads doing CPU work than a few only make
+        # every thread, the event loop's included, wait longer for the interpreter (with 64
+        # busy insert threads a ServerInfo waited up to 2 s). Waits (a rate limiter) hold a
+        # thread too, so the bounds are not 1.
         self.pools = {
-            "data": futures.ThreadPoolExecutor(max_workers, thread_name_prefix="ostinato-rpc-data"),
-            "sample": futures.ThreadPoolExecutor(max_workers,
+            "data": futures.ThreadPoolExecutor(min(max_workers, DATA_THREADS),
+                                               thread_name_prefix="ostinato-rpc-data"),
+            "sample": futures.ThreadPoolExecutor(min(max_workers, SAMPLE_THREADS),
                                                  thread_name_prefix="ostinato-rpc-sample"),
             "control": futures.ThreadPoolExecutor(CONTROL_THREADS,
                                                   thread_name_prefix="ostinato-rpc-control"),
