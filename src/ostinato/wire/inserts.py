@@ -73,6 +73,14 @@ class InsertSession:
         #: per slice) -> the signature checked against: while the table keeps that signature
         #: the check is a dict lookup, not per-item work.
         self._checked: dict[tuple[Any, ...], Any] = {}
+        #: Set by :meth:`handle` just before an ack after which it waits for a rate limiter
+        #: (so a caller that must not block can hand the rest to a thread).
+        self.waiting = False
+
+    @property
+    def ring_mapped(self) -> bool:
+        """Whether this stream reads rows from a writer's shared-memory ring."""
+        return self._ring is not None
 
     def close(self) -> None:
         self._chunks.clear()
@@ -85,13 +93,15 @@ class InsertSession:
 
     def handle(self, raw: bytes, is_active: Callable[[], bool]) -> Iterator[int | None]:
         """Stores the request's rows and items; yields acks: how many more of its items (in
-        request order) are in their tables, or None if the writer left while an item waited.
+        request order) are in their tables (0 just before waiting for a rate limiter with
+        nothing new stored), or None if the writer left while an item waited.
 
         Raises:
           DecodeError: a malformed request (nothing of it was stored).
           ShmError: the writer's ring cannot be used; the writer resends the same items
             inline, and nothing of this request was stored.
         """
+        self.waiting = False
         req = parse_insert_request(raw)
         self._read_ring(req)
         self._add_segments(req.segments)
@@ -191,9 +201,11 @@ class InsertSession:
                     done = len(getattr(e, "inserted", ()))
                     n += done
                     rest = rest[done:]
-                    if n > acked:
-                        yield n - acked
-                        acked = n
+                    # The next step waits for the rate limiter: ack what went in (0 if
+                    # nothing did, so a caller that must not block can hand the rest over).
+                    self.waiting = True
+                    yield n - acked
+                    acked = n
                     if not is_active():
                         yield None
                         return

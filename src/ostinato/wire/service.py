@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -91,6 +91,8 @@ class RequestStats:
 DEFAULT_MAX_STREAMS = 4096
 #: Seconds an Insert stream may wait for its next request before the server ends it.
 DEFAULT_IDLE_STREAM_SECONDS = 300.0
+#: Insert requests up to this size are stored on the event loop (unless they must wait).
+INLINE_BYTES = 64 * 1024
 #: Threads answering control calls (ServerInfo, Mutate, Reset, Checkpoint, Stats).
 CONTROL_THREADS = 2
 #: Most threads storing insert requests at once (and waiting for their rate limiters).
@@ -151,6 +153,10 @@ class ReplayService:
         self.streams = StreamStats()
         self.requests = RequestStats()
         self._item_bytes: dict[str, float] = {}
+        #: Insert streams waiting for their next request -> since when (loop time).
+        self._waiting: dict[asyncio.Task, float] = {}
+        self._swept: set[asyncio.Task] = set()
+        self.sweeper: asyncio.Task | None = None
         # Python runs one thread at a time: more threads doing CPU work than a few only make
         # every thread, the event loop's included, wait longer for the interpreter (with 64
         # busy insert threads a ServerInfo waited up to 2 s). Waits (a rate limiter) hold a
@@ -266,12 +272,13 @@ class ReplayService:
 
     # -- insert -------------------------------------------------------------------------------
     @staticmethod
-    def _run_request(session: InsertSession, raw: bytes, gone: Gone,
-                     loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
-        """In the data pool: stores one request, handing each ack (or the error) to the loop."""
+    def _drain(acks: Iterator[int | None], loop: asyncio.AbstractEventLoop,
+               queue: asyncio.Queue) -> None:
+        """In the data pool: runs a request's store to its end, handing each ack (or the
+        error) to the loop."""
         put = queue.put_nowait
         try:
-            for n in session.handle(raw, gone.active):
+            for n in acks:
                 loop.call_soon_threadsafe(put, n)
                 if n is None:
                     return
@@ -280,14 +287,49 @@ class ReplayService:
         finally:
             loop.call_soon_threadsafe(put, _DONE)
 
-    async def _next(self, requests: Any) -> bytes | None:
-        """The stream's next request; None when it ends or stays idle too long."""
-        try:
-            if self._idle is None:
-                return await requests.__anext__()
-            return await asyncio.wait_for(requests.__anext__(), self._idle)
-        except (StopAsyncIteration, asyncio.TimeoutError):
-            return None
+    async def _acks(self, session: InsertSession, raw: bytes,
+                    gone: Gone) -> AsyncIterator[int | None]:
+        """Stores one request; yields its acks. A small request is handled on the loop until
+        it would wait for a rate limiter (most never do: no thread hand-off, no queue); a
+        large one, one whose rows come from a shared-memory ring, and the waiting rest of any
+        go to the data pool."""
+        acks = session.handle(raw, gone.active)
+        if len(raw) <= INLINE_BYTES and not session.ring_mapped:
+            for n in acks:
+                yield n
+                if n is None:
+                    return
+                if session.waiting:
+                    break
+            else:
+                return
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        loop.run_in_executor(self.pools["data"], self._drain, acks, loop, queue)
+        while True:
+            n = await queue.get()
+            if n is _DONE:
+                return
+            if isinstance(n, BaseException):
+                raise n
+            yield n
+            if n is None:
+                return
+
+    async def sweep_idle(self) -> None:
+        """Ends streams that sent nothing for ``idle_stream_seconds`` (runs on the loop)."""
+        idle = self._idle
+        if idle is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(idle / 4, 5.0))
+            now = loop.time()
+            for task, since in list(self._waiting.items()):
+                if now - since > idle:
+                    del self._waiting[task]
+                    self._swept.add(task)
+                    task.cancel()
 
     async def insert(self, request_iterator: Any, context: Any) -> AsyncIterator[bytes]:
         method = protocol.INSERT_METHOD
@@ -309,51 +351,60 @@ class ReplayService:
         session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
         gone = self._gone(context)
         loop = asyncio.get_running_loop()
-        data = self.pools["data"]
+        task = asyncio.current_task()
         requests = request_iterator.__aiter__()
         sent = 0  # ack bytes not yet recorded
         status = None  # status of the request being handled, once it is known
         raw = b""
         try:
             while True:
-                got = await self._next(requests)
-                if got is None:
+                self._waiting[task] = loop.time()  # the sweeper may end us while we wait
+                try:
+                    raw = await requests.__anext__()
+                except StopAsyncIteration:
                     break
-                raw, status = got, "UNKNOWN"
-                queue: asyncio.Queue = asyncio.Queue()
-                loop.run_in_executor(data, self._run_request, session, raw, gone, loop, queue)
-                while True:
-                    n = await queue.get()
-                    if n is _DONE:
-                        break
-                    if isinstance(n, ShmError):  # the writer resends inline: nothing was stored
-                        status = "FAILED_PRECONDITION"
-                        await abort_shm_refused(context, str(n))
-                    if isinstance(n, BaseException):
-                        status = code_for(n).name
-                        if not isinstance(n, (errors.ReverbError, ValueError, TypeError)):
-                            _log.error("internal error in Insert", exc_info=n)
-                        await abort_with(context, n)
-                    if n is None:  # the client went away while we waited
-                        status = "CANCELLED"
-                        return
-                    ack = protocol.insert_ack(n)
-                    sent += len(ack)
-                    yield ack
+                finally:
+                    self._waiting.pop(task, None)
+                status = "UNKNOWN"
+                try:
+                    async for n in self._acks(session, raw, gone):
+                        if n is None:  # the client went away while we waited
+                            status = "CANCELLED"
+                            return
+                        if not n:  # about to wait, nothing new stored
+                            continue
+                        ack = protocol.insert_ack(n)
+                        sent += len(ack)
+                        yield ack
+                except ShmError as e:  # the writer resends inline: nothing was stored
+                    status = "FAILED_PRECONDITION"
+                    await abort_shm_refused(context, str(e))
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    status = code_for(e).name
+                    if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
+                        _log.error("internal error in Insert", exc_info=e)
+                    await abort_with(context, e)
                 stats.record(method, "OK", len(raw), sent)
                 status, sent = None, 0
         except asyncio.CancelledError:
+            if task in self._swept:  # idle: end the stream normally, the writer reopens it
+                self._swept.discard(task)
+                task.uncancel()
+                return
             if status is not None:
                 status = "CANCELLED"
             raise
         finally:
             gone.set()
+            self._waiting.pop(task, None)
             if status is not None:  # the stream ended on a request
                 if status == "UNKNOWN" and context.cancelled():
                     status = "CANCELLED"
                 stats.record(method, status, len(raw), sent)
             # The data pool may still be finishing this stream's request: close after it.
-            data.submit(session.close)
+            self.pools["data"].submit(session.close)
             with self.streams.lock:
                 self.streams.active_streams -= 1
 
@@ -423,8 +474,16 @@ class GrpcServer:
         """Stops serving (calls in flight get ``grace`` seconds), then the loop. Idempotent."""
         if self.loop.is_closed():
             return
+        async def shutdown() -> None:
+            await self.server.stop(grace)
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:  # the idle sweeper, and any handler still unwinding
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
         if self.loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop)
+            fut = asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
             try:
                 fut.result(timeout)
             except (futures.TimeoutError, RuntimeError):
@@ -474,6 +533,7 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
             bound = gs.add_insecure_port(target)
         if bound:
             await gs.start()
+            service.sweeper = asyncio.get_running_loop().create_task(service.sweep_idle())
         return gs, bound
 
     loop = asyncio.new_event_loop()
