@@ -185,7 +185,8 @@ class ReplayService:
         except BaseException:
             stats.record(method, "UNAUTHENTICATED", 0, 0)
             raise
-        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
+        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams,
+                                getattr(self._server, "max_inflated_bytes", None))
         with self.streams.lock:
             self.streams.active_streams += 1
         sent = 0  # ack bytes not yet recorded
