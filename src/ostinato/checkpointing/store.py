@@ -2,13 +2,18 @@
 
 A save writes everything into ``.tmp-<name>-<pid>``, fsyncs every file and the directory, then
 renames it to ``<name>``: a crash at any point leaves earlier checkpoints whole and at worst a
-temporary directory, which a later save removes once its process is gone.
+temporary directory. A save holds an exclusive ``flock`` on its temporary directory until it
+is renamed; :func:`sweep_temporary` (run when a checkpointer starts or restores, and after
+each save) removes temporary directories that nobody holds and whose process is gone -- or
+is this process, which after a container restart often has the dead server's PID. A save that
+fails removes its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import gc
 import hashlib
 import itertools
@@ -96,6 +101,11 @@ def _new_name() -> str:
     return f"ckpt-{now}-{next(_seq) % 1_000_000:06d}"
 
 
+#: Temporary directories of saves in progress in this process (guards the moment between
+#: ``mkdir`` and taking the lock).
+_ACTIVE: set[str] = set()
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -138,10 +148,47 @@ def prune(root: str, keep: int) -> None:
             _log.warning("not deleting %s: its manifest is not valid", path)
             continue
         shutil.rmtree(path, ignore_errors=True)
-    for n in os.listdir(root):
+    sweep_temporary(root)
+
+
+def sweep_temporary(root: str) -> list[str]:
+    """Removes temporary directories of saves that will never finish; returns their paths.
+
+    Removed are only directories under ``root`` named by :func:`save`
+    (``.tmp-<checkpoint name>-<pid>``) whose lock no save holds, and whose process is gone or
+    is this process (which has no save in them: a restarted server often has the PID of the
+    one that was killed). Any other file, and a directory of a live process, is left alone.
+    """
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    me = os.getpid()
+    for n in names:
         m = TMP_RE.match(n)
-        if m and int(m.group(2)) != os.getpid() and not _pid_alive(int(m.group(2))):
-            shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+        if not m:
+            continue
+        path = os.path.join(os.path.abspath(root), n)
+        pid = int(m.group(2))
+        if path in _ACTIVE or (pid != me and _pid_alive(pid)):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:  # gone meanwhile, a symlink, not a directory: not ours to remove
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # a save is writing it
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+                _log.info("removed %s, left by a checkpoint save that did not finish", path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
@@ -170,7 +217,29 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     os.makedirs(root, exist_ok=True)
     name = _new_name()
     tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
-    os.mkdir(tmp)
+    _ACTIVE.add(tmp)
+    lock = -1
+    try:
+        os.mkdir(tmp)
+        lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until renamed: sweeps leave it alone
+        return _write(tmp, root, name, snaps, collector, table_arrays, signatures, keep,
+                      compression, progress, hook, pacer, t0)
+    except BaseException:  # a failed save leaves nothing behind (renamed: nothing to remove)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if lock >= 0:
+            os.close(lock)
+        _ACTIVE.discard(tmp)
+
+
+def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
+           table_arrays: list[Any], signatures: list[Any], keep: int, compression: str | None,
+           progress: Progress | None, hook: Callable[[str], None], pacer: Pacer,
+           t0: float) -> str:
+    """Writes the checkpoint's files into ``tmp``, renames it to ``root/name`` and prunes;
+    returns the checkpoint's path (the body of :func:`save`)."""
     files: dict[str, Any] = {}
     specs: list[dict[str, Any]] = []
     spec_index: dict[tuple[str, tuple[int, ...], bool], int] = {}
