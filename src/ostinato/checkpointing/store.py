@@ -30,9 +30,9 @@ import numpy as np
 
 from ostinato.checkpointing import encode
 from ostinato.checkpointing.format import (
+    ACTIVE_TEMP_DIRS,
     DIR_RE,
     MANIFEST,
-    TMP_RE,
     CheckpointCorruptError,
     CheckpointError,
     CheckpointMismatchError,
@@ -41,6 +41,7 @@ from ostinato.checkpointing.format import (
     pack_arrays,
     read_manifest,
     read_verified,
+    sweep_temporary,
     unpack_arrays,
     write_manifest,
 )
@@ -101,21 +102,6 @@ def _new_name() -> str:
     return f"ckpt-{now}-{next(_seq) % 1_000_000:06d}"
 
 
-#: Temporary directories of saves in progress in this process (guards the moment between
-#: ``mkdir`` and taking the lock).
-_ACTIVE: set[str] = set()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def list_checkpoints(root: str) -> list[str]:
     """Our finished checkpoint directories under ``root`` (named by us, holding a manifest,
     which is written before the rename that finishes a save), oldest first."""
@@ -151,46 +137,6 @@ def prune(root: str, keep: int) -> None:
     sweep_temporary(root)
 
 
-def sweep_temporary(root: str) -> list[str]:
-    """Removes temporary directories of saves that will never finish; returns their paths.
-
-    Removed are only directories under ``root`` named by :func:`save`
-    (``.tmp-<checkpoint name>-<pid>``) whose lock no save holds, and whose process is gone or
-    is this process (which has no save in them: a restarted server often has the PID of the
-    one that was killed). Any other file, and a directory of a live process, is left alone.
-    """
-    try:
-        names = os.listdir(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    removed = []
-    me = os.getpid()
-    for n in names:
-        m = TMP_RE.match(n)
-        if not m:
-            continue
-        path = os.path.join(os.path.abspath(root), n)
-        pid = int(m.group(2))
-        if path in _ACTIVE or (pid != me and _pid_alive(pid)):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:  # gone meanwhile, a symlink, not a directory: not ours to remove
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # a save is writing it
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            if not os.path.exists(path):
-                removed.append(path)
-                _log.info("removed %s, left by a checkpoint save that did not finish", path)
-        finally:
-            os.close(fd)
-    return removed
-
-
 def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
          progress: Progress | None = None, hook: Callable[[str], None] | None = None,
          share: float = 1.0) -> str:
@@ -217,7 +163,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     os.makedirs(root, exist_ok=True)
     name = _new_name()
     tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
-    _ACTIVE.add(tmp)
+    ACTIVE_TEMP_DIRS.add(tmp)
     lock = -1
     try:
         os.mkdir(tmp)
@@ -231,7 +177,7 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     finally:
         if lock >= 0:
             os.close(lock)
-        _ACTIVE.discard(tmp)
+        ACTIVE_TEMP_DIRS.discard(tmp)
 
 
 def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
@@ -612,4 +558,4 @@ def latest(root: str) -> str | None:
 
 
 __all__ = ["save", "load", "prune", "latest", "list_checkpoints", "check_tables",
-           "DelayedProgress"]
+           "DelayedProgress", "sweep_temporary"]
