@@ -21,6 +21,9 @@ from ostinato.core.table import Table
 from ostinato.transport import registry
 
 _log = logging.getLogger(__name__)
+#: ``Server(max_inflated_bytes=None)`` allows at least this much expansion per Insert request,
+#: even with a small ``max_message_bytes`` (a writer's request carries up to 16 MiB of rows).
+DEFAULT_MIN_INFLATED_BYTES = 64 * 1024 * 1024
 
 
 @dataclasses.dataclass
@@ -106,6 +109,13 @@ class Server:
         with ``RESOURCE_EXHAUSTED``.
       idle_stream_seconds: an insert stream that sends nothing for this long is ended (a
         writer reopens it when it next writes); ``None`` never.
+      max_inflated_bytes: the most bytes of rows one Insert request may expand to on this
+        server (zstd segments inflated, rows copied out of a shared-memory ring, string
+        segments decoded to check them), checked against the sizes a request declares
+        *before* anything is expanded; a stream may moreover hold at most
+        ``STREAM_HELD_FACTOR`` (4) times this in rows kept for later items. A request over
+        either limit fails with ``ResourceExhaustedError`` naming this option; other clients
+        are unaffected. ``None`` (default): ``max(max_message_bytes, 64 MiB)``.
       shared_memory: let writers on this machine pass large rows through a shared-memory
         ring instead of gRPC messages (see :mod:`ostinato.wire.shm`; writers fall back to
         sending rows inline when refused). ``False`` refuses every ring.
@@ -123,7 +133,8 @@ class Server:
                  tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
                  max_workers: int = 64, shared_memory: bool = True,
                  metrics_port: int | None = None, max_streams: int = 4096,
-                 idle_stream_seconds: float | None = 300.0):
+                 idle_stream_seconds: float | None = 300.0,
+                 max_inflated_bytes: int | None = None):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -144,6 +155,15 @@ class Server:
             raise ValueError("token must be a non-empty string")
         if max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes ({max_message_bytes}) must be >= 1024")
+        if max_inflated_bytes is not None and (isinstance(max_inflated_bytes, bool)
+                                               or not isinstance(max_inflated_bytes, int)
+                                               or max_inflated_bytes < 1024):
+            raise ValueError(f"max_inflated_bytes ({max_inflated_bytes!r}) must be None or an "
+                             "integer >= 1024")
+        #: Largest expansion of one Insert request's rows (see ``max_inflated_bytes``); read by
+        #: the gRPC service's insert streams.
+        self.max_inflated_bytes: int = max_inflated_bytes if max_inflated_bytes is not None \
+            else max(max_message_bytes, DEFAULT_MIN_INFLATED_BYTES)
         if metrics_port is not None and (isinstance(metrics_port, bool)
                                          or not isinstance(metrics_port, int)
                                          or not 0 <= metrics_port < 65536):

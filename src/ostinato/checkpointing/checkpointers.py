@@ -128,6 +128,9 @@ class DefaultCheckpointer(CheckpointerBase):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._hook: Callable[[str], None] | None = None  # tests: called between save phases
+        # Saves killed before they finished (a crashed or SIGKILLed server) left temporary
+        # directories; remove those nobody is writing (store.sweep_temporary).
+        store.sweep_temporary(self.path)
 
     def save(self, tables: Sequence[Any]) -> str:
         with self._lock:  # one save at a time
@@ -136,6 +139,7 @@ class DefaultCheckpointer(CheckpointerBase):
                               hook=self._hook, share=self.save_cpu_share)
 
     def restore(self, tables: Sequence[Any]) -> str | None:
+        store.sweep_temporary(self.path)  # a server starts: no save of its own is running
         by_name = {t.name: t for t in tables}
         path = store.latest(self.path)
         if path is None and self.fallback_checkpoint_path is not None:

@@ -21,10 +21,13 @@ signature, and readers that predate it ignore it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
+import shutil
 from typing import Any
 
 import numpy as np
@@ -151,3 +154,59 @@ def read_manifest(ckpt_dir: str) -> dict[str, Any]:
     if hashlib.sha256(text.encode()).hexdigest() != doc.get("body_sha256"):
         raise CheckpointCorruptError(f"checkpoint manifest {path} fails its sha256 checksum")
     return body
+
+
+_log = logging.getLogger(__name__)
+#: Temporary directories of saves in progress in this process (guards the moment between
+#: ``mkdir`` and taking the lock).
+ACTIVE_TEMP_DIRS: set[str] = set()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temporary(root: str) -> list[str]:
+    """Removes temporary directories of saves that will never finish; returns their paths.
+
+    Removed are only directories under ``root`` named by :func:`save`
+    (``.tmp-<checkpoint name>-<pid>``) whose lock no save holds, and whose process is gone or
+    is this process (which has no save in them: a restarted server often has the PID of the
+    one that was killed). Any other file, and a directory of a live process, is left alone.
+    """
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    me = os.getpid()
+    for n in names:
+        m = TMP_RE.match(n)
+        if not m:
+            continue
+        path = os.path.join(os.path.abspath(root), n)
+        pid = int(m.group(2))
+        if path in ACTIVE_TEMP_DIRS or (pid != me and _pid_alive(pid)):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:  # gone meanwhile, a symlink, not a directory: not ours to remove
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # a save is writing it
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+                _log.info("removed %s, left by a checkpoint save that did not finish", path)
+        finally:
+            os.close(fd)
+    return removed

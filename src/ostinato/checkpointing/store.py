@@ -2,13 +2,18 @@
 
 A save writes everything into ``.tmp-<name>-<pid>``, fsyncs every file and the directory, then
 renames it to ``<name>``: a crash at any point leaves earlier checkpoints whole and at worst a
-temporary directory, which a later save removes once its process is gone.
+temporary directory. A save holds an exclusive ``flock`` on its temporary directory until it
+is renamed; :func:`sweep_temporary` (run when a checkpointer starts or restores, and after
+each save) removes temporary directories that nobody holds and whose process is gone -- or
+is this process, which after a container restart often has the dead server's PID. A save that
+fails removes its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import gc
 import hashlib
 import itertools
@@ -25,9 +30,9 @@ import numpy as np
 
 from ostinato.checkpointing import encode
 from ostinato.checkpointing.format import (
+    ACTIVE_TEMP_DIRS,
     DIR_RE,
     MANIFEST,
-    TMP_RE,
     CheckpointCorruptError,
     CheckpointError,
     CheckpointMismatchError,
@@ -36,6 +41,7 @@ from ostinato.checkpointing.format import (
     pack_arrays,
     read_manifest,
     read_verified,
+    sweep_temporary,
     unpack_arrays,
     write_manifest,
 )
@@ -96,16 +102,6 @@ def _new_name() -> str:
     return f"ckpt-{now}-{next(_seq) % 1_000_000:06d}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def list_checkpoints(root: str) -> list[str]:
     """Our finished checkpoint directories under ``root`` (named by us, holding a manifest,
     which is written before the rename that finishes a save), oldest first."""
@@ -138,10 +134,7 @@ def prune(root: str, keep: int) -> None:
             _log.warning("not deleting %s: its manifest is not valid", path)
             continue
         shutil.rmtree(path, ignore_errors=True)
-    for n in os.listdir(root):
-        m = TMP_RE.match(n)
-        if m and int(m.group(2)) != os.getpid() and not _pid_alive(int(m.group(2))):
-            shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+    sweep_temporary(root)
 
 
 def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
@@ -170,7 +163,29 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
     os.makedirs(root, exist_ok=True)
     name = _new_name()
     tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
-    os.mkdir(tmp)
+    ACTIVE_TEMP_DIRS.add(tmp)
+    lock = -1
+    try:
+        os.mkdir(tmp)
+        lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until renamed: sweeps leave it alone
+        return _write(tmp, root, name, snaps, collector, table_arrays, signatures, keep,
+                      compression, progress, hook, pacer, t0)
+    except BaseException:  # a failed save leaves nothing behind (renamed: nothing to remove)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if lock >= 0:
+            os.close(lock)
+        ACTIVE_TEMP_DIRS.discard(tmp)
+
+
+def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
+           table_arrays: list[Any], signatures: list[Any], keep: int, compression: str | None,
+           progress: Progress | None, hook: Callable[[str], None], pacer: Pacer,
+           t0: float) -> str:
+    """Writes the checkpoint's files into ``tmp``, renames it to ``root/name`` and prunes;
+    returns the checkpoint's path (the body of :func:`save`)."""
     files: dict[str, Any] = {}
     specs: list[dict[str, Any]] = []
     spec_index: dict[tuple[str, tuple[int, ...], bool], int] = {}
@@ -543,4 +558,4 @@ def latest(root: str) -> str | None:
 
 
 __all__ = ["save", "load", "prune", "latest", "list_checkpoints", "check_tables",
-           "DelayedProgress"]
+           "DelayedProgress", "sweep_temporary"]

@@ -219,6 +219,81 @@ def parse_segment(m: Any, max_bytes: int) -> Segment:
     return Segment(key, ep, start, n, dtype, shape, codec, payload, m)
 
 
+#: Bytes charged per element of a string (object) segment that the server decodes to check it
+#: (a Python ``bytes`` object and the list slot pointing at it).
+OBJECT_ELEMENT_BYTES = 48
+
+
+def declared_bytes(m: Any) -> int:
+    """The bytes a segment will take once expanded, from what it declares, expanding nothing.
+
+    Numbers: rows x dtype x row shape (what a zstd payload must inflate to, or what a
+    shared-memory reference copies). Strings: the payload's size (as a zstd frame announces it,
+    or its length; for a shared-memory reference, the length referenced) plus
+    :data:`OBJECT_ELEMENT_BYTES` per element, the cost of decoding it to check it.
+
+    Raises:
+      DecodeError: a field needed for the size is malformed (or a compressed string segment
+        does not announce its size).
+    """
+    what = "segment"
+    n = req(m, "n", int, what)
+    if not 1 <= n < 2**31:
+        raise DecodeError(f"segment rows out of range (rows {n})")
+    dtype = dtype_from_str(req(m, "d", str, what))
+    elements = n * math.prod(shape_from_wire(req(m, "h", list, what)))
+    if dtype.kind != "O":
+        return elements * dtype.itemsize
+    b, ref = m.get("b"), m.get("m")
+    if isinstance(b, bytes):
+        size = len(b)
+        if m.get("c") == ZSTD:
+            import zstandard
+
+            try:
+                size = zstandard.frame_content_size(b)
+            except zstandard.ZstdError as e:
+                raise DecodeError(f"corrupt compressed segment: {e}") from None
+            if size < 0:
+                raise DecodeError("a compressed string segment must announce its size")
+    elif isinstance(ref, list) and len(ref) == 2 and type(ref[1]) is int and ref[1] >= 0:
+        size = ref[1]
+    else:
+        size = 0  # no payload: parse_segment rejects it
+    return size + elements * OBJECT_ELEMENT_BYTES
+
+
+def check_strings(payload: bytes, count: int) -> None:
+    """Checks that a raw string segment's payload decodes to exactly ``count`` elements, each
+    ``bytes`` or ``str``, so that every client can decode what the server stores.
+
+    The elements are decoded one at a time and dropped (nested containers are refused before
+    they are built): the work is bounded by the payload, the memory by one element.
+
+    Raises:
+      DecodeError: the payload is not such a list.
+    """
+    u = msgpack.Unpacker(raw=False, max_array_len=0, max_map_len=0, max_ext_len=0,
+                         max_buffer_size=max(len(payload), 1), strict_map_key=False)
+    u.feed(payload)
+    try:
+        n = u.read_array_header()
+        if n != count:
+            raise DecodeError(f"string segment holds {n} elements, expected {count}")
+        for i in range(n):
+            x = u.unpack()
+            if not isinstance(x, (bytes, str)):
+                raise DecodeError(f"string segment element {i} is a {type(x).__name__}, "
+                                  "not bytes or str")
+        rest = len(payload) - u.tell()
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any parse failure is a malformed segment
+        raise DecodeError(f"malformed string segment ({type(e).__name__}: {e})") from None
+    if rest:
+        raise DecodeError(f"string segment has {rest} bytes after its elements")
+
+
 def safe_decompress(payload: bytes, expect: int | None, limit: int) -> bytes:
     """Decompresses a zstd frame without ever producing more than ``expect`` (or ``limit``)
     bytes: frames announcing a larger or unknown size are rejected before inflating."""
@@ -265,6 +340,9 @@ def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple
         items = unpack(payload)
         if not isinstance(items, list) or len(items) != nrows * math.prod(row_shape):
             raise DecodeError("bad string segment")
+        for x in items:
+            if not isinstance(x, (bytes, str)):
+                raise DecodeError(f"string segment holds a {type(x).__name__}, not bytes or str")
         arr = np.empty(len(items), dtype=object)
         arr[:] = [x.encode() if isinstance(x, str) else x for x in items]
         return arr.reshape((nrows, *row_shape))

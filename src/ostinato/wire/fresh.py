@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import sys
 from typing import Any
 
@@ -75,3 +76,26 @@ def copy_out(buf: Any, base: int, offset: int, n: int) -> bytes:
     ctypes.memmove(dst, base + offset, n)  # a foreign call: the GIL is released meanwhile
     return out
 
+
+
+def pread_out(fd: int, offset: int, n: int) -> bytes:
+    """``n`` bytes of the file ``fd`` at ``offset``, read with ``pread`` (the GIL is released
+    during the read; the kernel copies straight into the new ``bytes`` object, which measured
+    faster than populating it first as :func:`copy_out` does).
+
+    Reading a file through a descriptor, unlike through a mapping, cannot fault the process:
+    if the file is shorter than ``offset + n`` (another process truncated it) the read comes
+    back short and this raises ``EOFError`` naming how many bytes were there.
+    """
+    out = os.pread(fd, n, offset)
+    if len(out) == n:
+        return out
+    parts = [out]
+    got = len(out)
+    while got < n:  # a short read: the end of the file, or a read capped by the kernel
+        b = os.pread(fd, n - got, offset + got)
+        if not b:
+            raise EOFError(f"file ended after {got} of {n} bytes at offset {offset}")
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)

@@ -12,6 +12,7 @@ over the network.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +29,8 @@ from ostinato.wire.rows import SegmentedRows
 
 #: Seconds an item waits for its rate limiter between checks that the writer is still there.
 WAIT_SLICE = 0.5
+#: A stream may hold this many times ``max_inflated_bytes`` in rows kept for later items.
+STREAM_HELD_FACTOR = 4
 
 
 @dataclasses.dataclass
@@ -54,14 +57,20 @@ class InsertSession:
     Args:
       table: looks a table up by name (raising ``TableNotFoundError``).
       max_bytes: the server's largest message; no segment may be larger.
-      shared_memory: whether the server maps writers' rings.
+      shared_memory: whether the server reads writers' rings.
       stats: the server's stream counters.
+      max_inflated_bytes: the most bytes one request's rows may expand to (``Server`` option
+        of that name; default ``max_bytes``); the stream may hold ``STREAM_HELD_FACTOR`` times
+        this in rows kept for later items. Both are checked against the sizes the request
+        declares before anything is decompressed, copied from a ring or decoded.
     """
 
     def __init__(self, table: Callable[[str], Any], max_bytes: int, shared_memory: bool,
-                 stats: StreamStats):
+                 stats: StreamStats, max_inflated_bytes: int | None = None):
         self._table = table
         self._max_bytes = max_bytes
+        self._max_inflated = max_bytes if max_inflated_bytes is None else max_inflated_bytes
+        self._held = 0  # payload bytes of self._chunks
         self._shared_memory = shared_memory
         self._stats = stats
         self._chunks: dict[int, Chunk] = {}
@@ -84,6 +93,7 @@ class InsertSession:
 
     def close(self) -> None:
         self._chunks.clear()
+        self._held = 0
         self._checked.clear()
         if self._ring is not None:
             self._ring.close()
@@ -98,18 +108,40 @@ class InsertSession:
 
         Raises:
           DecodeError: a malformed request (nothing of it was stored).
+          ResourceExhaustedError: the request's rows would expand beyond
+            ``max_inflated_bytes``, or the stream would hold more than ``STREAM_HELD_FACTOR``
+            times that (checked before anything is expanded; nothing was stored).
           ShmError: the writer's ring cannot be used; the writer resends the same items
             inline, and nothing of this request was stored.
         """
         self.waiting = False
         req = parse_insert_request(raw)
+        self._check_expansion(req.segments)
         self._read_ring(req)
         self._add_segments(req.segments)
         work = self._validate(req)
         yield from self._store(work, is_active)
         chunks = self._chunks
         for k in [k for k in chunks if k not in req.keep]:
-            del chunks[k]
+            self._held -= chunks.pop(k).nbytes
+
+    def _check_expansion(self, segments: list[Any]) -> None:
+        """Bounds what the request's rows expand to, from the sizes its segments declare,
+        before any is inflated, copied out of a ring or decoded (DESIGN.md 3.4)."""
+        limit = self._max_inflated
+        total = 0
+        for m in segments:
+            total += codec.declared_bytes(m)
+            if total > limit:
+                raise errors.ResourceExhaustedError(
+                    f"Insert request rows would expand to more than max_inflated_bytes "
+                    f"({limit}) of this server (at least {total} bytes); send fewer rows "
+                    "per request or raise Server(max_inflated_bytes=...)")
+        if self._held + total > STREAM_HELD_FACTOR * limit:
+            raise errors.ResourceExhaustedError(
+                f"Insert stream would hold {self._held + total} bytes of rows, more than "
+                f"{STREAM_HELD_FACTOR} x max_inflated_bytes ({limit}) of this server; keep "
+                "fewer chunks alive for later items or raise Server(max_inflated_bytes=...)")
 
     # -- rows ------------------------------------------------------------------------------------
     def _read_ring(self, req: InsertRequest) -> None:
@@ -145,7 +177,9 @@ class InsertSession:
     def _add_segments(self, segments: list[Any]) -> None:
         chunks = self._chunks
         for m in segments:
-            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes), self._max_bytes)
+            seg = codec.to_raw(codec.parse_segment(m, self._max_bytes), self._max_inflated)
+            if seg.dtype.kind == "O":  # stored only if every client will be able to decode it
+                codec.check_strings(seg.payload, seg.nrows * math.prod(seg.row_shape))
             c = chunks.get(seg.key)
             if c is None:
                 spec = (seg.dtype, seg.row_shape)
@@ -155,6 +189,7 @@ class InsertSession:
                 chunks[seg.key] = c
             c.data.add(seg)
             c.nbytes += len(seg.payload)
+            self._held += len(seg.payload)
 
     # -- items -----------------------------------------------------------------------------------
     def _validate(self, req: InsertRequest) -> list[tuple[Any, Any]]:

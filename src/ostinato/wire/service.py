@@ -348,7 +348,8 @@ class ReplayService:
             await abort_with(context, errors.ResourceExhaustedError(
                 f"this server has {self._max_streams} insert streams open (max_streams); "
                 "try again later or raise Server(max_streams=...)"))
-        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams)
+        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams,
+                                getattr(self._server, "max_inflated_bytes", None))
         gone = self._gone(context)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()

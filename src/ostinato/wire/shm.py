@@ -12,15 +12,24 @@ Safety:
 * The ring is only an optimisation. If the server cannot map it (another host, another user,
   no ``/dev/shm``, a server started with ``shared_memory=False``) it refuses once, and the
   writer resends the same items with their rows inline; nothing is lost or duplicated.
-* The server maps only files named ``ostinato-<32 hex digits>`` directly in ``/dev/shm``,
-  refuses symlinks and non-regular files, checks the size, and compares a 16-byte random nonce
-  written at the start of the file with the one in the request, so a client can make the server
-  read only a ring whose contents it already knows. Every offset is bounds-checked. A client
+* The server opens only files named ``ostinato-<32 hex digits>`` directly in ``/dev/shm``,
+  without following symlinks and without blocking (``O_NOFOLLOW | O_NONBLOCK``: a FIFO given
+  that name cannot pin a server thread in ``open``), refuses anything but a regular file of the
+  described size, and compares a 16-byte random nonce written at the start of the file with the
+  one in the request, so a client can make the server read only a ring whose contents it
+  already knows. Every offset is bounds-checked.
+* The server never maps a client's ring: it keeps the file descriptor and copies rows out with
+  ``pread``/``preadv``. A mapping would let the client kill the server: truncating the file
+  (``ftruncate``) under a mapping makes the server's next copy touch an unbacked page, and the
+  whole process dies of SIGBUS. Read through a descriptor, a truncated ring yields a short
+  read, which fails that client's request (``INVALID_ARGUMENT``) and nothing else. A client
   that scribbles over its ring while the server copies damages only its own rows.
 * Space is reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails cleanly instead of
-  killing the writer with SIGBUS later). The server unlinks the file as soon as it has mapped it
-  and the writer unlinks it when its stream ends, so even a killed client leaves nothing behind
-  once the server has seen the ring.
+  killing the writer with SIGBUS later). The server unlinks the file as soon as it has opened
+  and checked it, and the writer unlinks it when its stream ends, so even a killed client
+  leaves nothing behind once the server has seen the ring. The server holds one file
+  descriptor per ring stream; when it cannot open one (descriptors exhausted) it refuses the
+  ring and the writer sends its rows inline.
 
 Linux only (``/dev/shm``); elsewhere :func:`available` is False and writers send rows inline.
 """
@@ -165,7 +174,12 @@ def _unlink_quietly(path: str) -> None:
 
 
 class Mapping:
-    """The server's side: a read-only mapping of a client's ring, validated."""
+    """The server's side: a client's ring, validated, read through a kept file descriptor.
+
+    The ring is never mapped into the server (see the module docstring: a client could
+    truncate the file under the mapping and kill the server with SIGBUS); :meth:`read` copies
+    with ``pread``, so a truncated ring is a short read and a clear error to that client.
+    """
 
     def __init__(self, desc: Any):
         if not isinstance(desc, dict):
@@ -179,24 +193,27 @@ class Mapping:
             raise ShmError(f"ring nonce must have {NONCE_BYTES} bytes")
         if not HEADER_BYTES < size <= MAX_RING_BYTES:
             raise ShmError(f"ring size {size} out of range")
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) \
+            | getattr(os, "O_NOCTTY", 0)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, flags)
         except OSError as e:
             raise ShmError(f"cannot open {path}: {e.strerror}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 raise ShmError(f"{path} is not a regular file of {size} bytes")
-            # Populated at once: the client has written (or reserved) every page already.
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                           prot=mmap.PROT_READ)
-        except OSError as e:
-            raise ShmError(f"cannot map {path}: {e.strerror}") from None
-        finally:
+            os.set_blocking(fd, True)
+            head = fresh.pread_out(fd, 0, len(MAGIC) + NONCE_BYTES)
+        except (OSError, EOFError) as e:
             os.close(fd)
-        head = mm[:len(MAGIC) + NONCE_BYTES]
+            raise ShmError(f"cannot read {path}: {e}") from None
+        except BaseException:
+            os.close(fd)
+            raise
         if head[:len(MAGIC)] != MAGIC or not secrets.compare_digest(head[len(MAGIC):], nonce):
-            mm.close()
+            os.close(fd)
             raise ShmError(f"{path} does not hold the ring the client described")
         try:  # the client's copy of the name is no longer needed: nothing can leak now
             os.unlink(path)
@@ -204,23 +221,32 @@ class Mapping:
             pass
         self.path = path
         self.size = size
-        self._mm: mmap.mmap | None = mm
-        self._base = fresh.address_of(mm)
+        self._fd: int | None = fd
         self._lock = threading.Lock()  # close() waits for a copy in progress
 
     def read(self, offset: Any, n: Any) -> bytes:
-        """A copy of ``n`` bytes at ``offset`` (both checked against the ring's data area)."""
+        """A copy of ``n`` bytes at ``offset`` (both checked against the ring's data area).
+
+        Raises:
+          ShmError: the reference lies outside the ring, the ring is closed, or the file
+            holds fewer bytes than the reference needs (the client truncated it).
+        """
         if type(offset) is not int or type(n) is not int \
                 or not HEADER_BYTES <= offset <= self.size or not 0 <= n <= self.size - offset:
             raise ShmError(f"ring reference ({offset!r}, {n!r}) lies outside the ring")
         with self._lock:
-            mm = self._mm
-            if mm is None:
+            fd = self._fd
+            if fd is None:
                 raise ShmError(f"ring {self.path} is closed")
-            return fresh.copy_out(mm, self._base, offset, n)
+            try:
+                return fresh.pread_out(fd, offset, n)
+            except EOFError as e:
+                raise ShmError(f"ring {self.path} was truncated by its writer: {e}") from None
+            except OSError as e:
+                raise ShmError(f"cannot read ring {self.path}: {e.strerror}") from None
 
     def close(self) -> None:
         with self._lock:
-            mm, self._mm = self._mm, None
-            if mm is not None:
-                mm.close()
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)

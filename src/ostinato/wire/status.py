@@ -7,6 +7,8 @@ field, never by matching message text. Unknown names fall back to the status cod
 
 from __future__ import annotations
 
+import socket
+import ssl
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -124,3 +126,61 @@ def shm_refusal(err: grpc.RpcError) -> str | None:
     meta = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
     reason = meta.get(SHM_REFUSED_KEY)
     return None if reason is None else unquote(reason)
+
+
+class TLSMismatchError(errors.UnavailableError):
+    """The client and the server disagree about TLS (one speaks it, the other does not).
+
+    An :class:`~ostinato.errors.UnavailableError`, raised at once: retrying cannot help.
+    """
+
+
+#: Seconds the client's probe of a server's TLS may take (only after a failed connection).
+TLS_PROBE_SECONDS = 1.0
+
+
+def tls_mismatch(err: grpc.RpcError, address: str, client_tls: bool) -> TLSMismatchError | None:
+    """The TLS mismatch behind a failed connection, if that is what it is.
+
+    gRPC reports a plaintext client of a TLS server only as "Socket closed" (the server drops
+    the connection), which is also what a server that goes away looks like: the server is then
+    probed with a TLS handshake (no certificate checks, nothing sent after it, at most
+    :data:`TLS_PROBE_SECONDS`). A TLS client of a plaintext server sees the server's first
+    bytes rejected as a wrong TLS record version.
+    """
+    if not hasattr(err, "code") or err.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    details = (err.details() if hasattr(err, "details") else str(err)) or ""
+    if client_tls:
+        if "WRONG_VERSION_NUMBER" in details:
+            return TLSMismatchError(
+                f"Server at {address} does not speak TLS (it answered the TLS handshake in "
+                "plaintext), but this client was given root_certificates: drop them, or start "
+                f"the server with tls=ServerTLS(...). gRPC: {details}", address)
+        return None
+    if "Socket closed" in details and speaks_tls(address):
+        return TLSMismatchError(
+            f"Server at {address} expects TLS, but this client connects without it: pass "
+            "root_certificates=<PEM of the CA that signed the server's certificate> (and "
+            f"tls_server_name if the address is not in the certificate). gRPC: {details}",
+            address)
+    return None
+
+
+def speaks_tls(address: str, timeout: float = TLS_PROBE_SECONDS) -> bool:
+    """Whether the server at ``host:port`` completes a TLS handshake (certificates unchecked:
+    this only asks which protocol it speaks). False when it cannot be reached."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return False  # a target gRPC resolves itself (dns:///..., unix:...): not probed
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            with ctx.wrap_socket(sock, server_hostname=host or None):
+                return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False

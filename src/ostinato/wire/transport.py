@@ -28,7 +28,7 @@ from ostinato.transport import registry
 from ostinato.transport.base import TableMeta, Transport
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES
-from ostinato.wire.status import from_rpc_error
+from ostinato.wire.status import TLSMismatchError, from_rpc_error, tls_mismatch
 from ostinato.wire.writer_stream import GrpcWriterStream
 
 _log = logging.getLogger(__name__)
@@ -150,12 +150,13 @@ class GrpcTransport(Transport):
                                         wait_for_ready=False)
                 return codec.unpack(raw)
             except grpc.RpcError as e:
-                err = from_rpc_error(e, self.address)
+                err = self.rpc_error(e)
                 if implicit and isinstance(err, errors.DeadlineExceededError):
                     raise errors.UnavailableError(
                         f"Server at {self.address} did not answer {name} within "
                         f"{max(self.options.unavailable_timeout, 1.0):g} s", self.address) from None
-                if not isinstance(err, errors.UnavailableError) or self._closed:
+                if not isinstance(err, errors.UnavailableError) or self._closed \
+                        or isinstance(err, TLSMismatchError):
                     raise err from None
                 if give_up.expired() or deadline.expired():
                     raise err from None
@@ -164,6 +165,17 @@ class GrpcTransport(Transport):
                     wait = min(wait, deadline.remaining() or 0)
                 time.sleep(wait * (0.5 + random.random() / 2))
                 backoff = min(backoff * 2, 1.0)
+
+    def rpc_error(self, err: grpc.RpcError) -> errors.ReverbError:
+        """The Ostinato exception for a failed call; a TLS mismatch between this client and
+        the server is recognised (:class:`~ostinato.wire.status.TLSMismatchError`, not
+        retried) instead of being retried as an unreachable server until
+        ``unavailable_timeout``."""
+        out = from_rpc_error(err, self.address)
+        if isinstance(out, errors.UnavailableError):
+            return tls_mismatch(err, self.address, self.options.root_certificates is not None) \
+                or out
+        return out
 
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]:
         infos = protocol.parse_server_info_reply(self._call("ServerInfo", {}, deadline))

@@ -32,7 +32,7 @@ from ostinato.core.items import chunk_refs
 from ostinato.core.stats import CLIENT
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
-from ostinato.wire.status import from_rpc_error, shm_refusal
+from ostinato.wire.status import TLSMismatchError, shm_refusal
 
 _log = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ class GrpcWriterStream:
                     continue
                 raise err
             except grpc.RpcError as e:
-                failure: errors.ReverbError = from_rpc_error(e, self._t.address)
+                failure: errors.ReverbError = self._t.rpc_error(e)
             except errors.ReverbError as e:
                 failure = e
             except Exception as e:  # noqa: BLE001
@@ -376,7 +376,8 @@ class GrpcWriterStream:
             if isinstance(failure, _RingRefused) and not self._closed:
                 self._requeue()  # at once, with the rows inline this time
                 continue
-            if isinstance(failure, errors.UnavailableError) and not self._closed:
+            if isinstance(failure, errors.UnavailableError) and not self._closed \
+                    and not isinstance(failure, TLSMismatchError):
                 give_up = give_up or Deadline.after(self._t.options.unavailable_timeout)
                 if not give_up.expired():
                     self._requeue()
@@ -507,7 +508,7 @@ class GrpcWriterStream:
                           self._t.address, reason)
                 self._fail_call(_RingRefused(reason))
             elif not stop.is_set() or self._out.in_flight:
-                self._fail_call(from_rpc_error(e, self._t.address))
+                self._fail_call(self._t.rpc_error(e))
         except Exception as e:  # noqa: BLE001
             self._fail_call(errors.ReverbError(f"bad reply on insert stream: {e}"))
         finally:
