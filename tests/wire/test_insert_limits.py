@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 import zstandard
-from _wire_util import QUEUE_CODE, SERVICE, grpc_client
+from _wire_util import QUEUE_CODE, SERVICE, grpc_client, wait_until
 
 import ostinato as reverb
 from ostinato.wire import codec
@@ -90,7 +90,8 @@ def test_limits_name_the_option_and_bound_what_a_stream_holds():
                 list(ch.stream_stream(SERVICE + "Insert")(iter(msgs), timeout=20))
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "4 x max_inflated_bytes (1048576)" in e.value.details()
-        assert server._service.streams.active_streams == 0
+        # The stream's handler ends just after the client hears its status.
+        wait_until(lambda: server.service.streams.active_streams == 0, 10, "the stream to end")
         with pytest.raises(ValueError, match="max_inflated_bytes"):
             reverb.Server([reverb.Table.queue("z", 1)], max_inflated_bytes=10)
     finally:
