@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import time
-from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
@@ -30,14 +30,11 @@ class WithoutStats(grpc.GenericRpcHandler):
         return self._inner.service(details)
 
 
-def serve_without_stats(server) -> tuple[grpc.Server, str]:
+def serve_without_stats(server) -> tuple[Any, str]:
     """Serves ``server``'s tables on a new port without the Stats call; (grpc server, address)."""
-    from ostinato.wire.service import ReplayService
+    from ostinato.wire.service import ReplayService, serve
 
-    gs = grpc.server(futures.ThreadPoolExecutor(4))
-    gs.add_generic_rpc_handlers((WithoutStats(ReplayService(server).generic_handler()),))
-    port = gs.add_insecure_port("localhost:0")
-    gs.start()
+    gs, port = serve([WithoutStats(ReplayService(server).generic_handler())], "localhost:0")
     return gs, f"localhost:{port}"
 
 

@@ -188,12 +188,11 @@ class ReplayService:
             pool.shutdown(wait=False, cancel_futures=True)
 
     # -- plumbing ---------------------------------------------------------------------------
-    async def _authorize(self, context: Any) -> None:
+    def _authorized(self, context: Any) -> bool:
         if self._token is None:
-            return
+            return True
         md = dict(context.invocation_metadata() or ())
-        if md.get("authorization") != f"Bearer {self._token}":
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+        return md.get("authorization") == f"Bearer {self._token}"
 
     def _table(self, name: str) -> Any:
         t = self._server.tables_by_name.get(name)
@@ -215,29 +214,26 @@ class ReplayService:
             return codec.pack(fn(codec.unpack(raw), gone))
 
         async def handler(raw: bytes, context: Any) -> bytes:
-            status = "UNAUTHENTICATED"
-            out = b""
+            # Every outcome is counted before the client hears it (a client that reads the
+            # counters right after an error sees that error counted).
+            if not self._authorized(context):
+                stats.record(name, "UNAUTHENTICATED", len(raw), 0)
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+            gone = self._gone(context)
             try:
-                await self._authorize(context)
-                status = "UNKNOWN"
-                gone = self._gone(context)
-                try:
-                    out = await asyncio.get_running_loop().run_in_executor(
-                        executor, work, raw, gone)
-                    status = "OK"
-                    return out
-                except asyncio.CancelledError:
-                    status = "CANCELLED"
-                    gone.set()
-                    raise
-                except Exception as e:  # noqa: BLE001 - every error goes back to the caller
-                    status = code_for(e).name
-                    if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
-                        _log.exception("internal error in %s", getattr(fn, "__name__", fn))
-                    await abort_with(context, e)
-                    raise  # unreachable: abort raises
-            finally:
-                stats.record(name, status, len(raw), len(out))
+                out = await asyncio.get_running_loop().run_in_executor(executor, work, raw, gone)
+            except asyncio.CancelledError:
+                stats.record(name, "CANCELLED", len(raw), 0)
+                gone.set()
+                raise
+            except Exception as e:  # noqa: BLE001 - every error goes back to the caller
+                stats.record(name, code_for(e).name, len(raw), 0)
+                if not isinstance(e, (errors.ReverbError, ValueError, TypeError, KeyError)):
+                    _log.exception("internal error in %s", getattr(fn, "__name__", fn))
+                await abort_with(context, e)
+                raise  # unreachable: abort raises
+            stats.record(name, "OK", len(raw), len(out))
+            return out
         return handler
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
@@ -334,11 +330,9 @@ class ReplayService:
     async def insert(self, request_iterator: Any, context: Any) -> AsyncIterator[bytes]:
         method = protocol.INSERT_METHOD
         stats = self.requests
-        try:
-            await self._authorize(context)
-        except BaseException:
+        if not self._authorized(context):
             stats.record(method, "UNAUTHENTICATED", 0, 0)
-            raise
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
         with self.streams.lock:
             full = self.streams.active_streams >= self._max_streams
             if not full:
@@ -378,12 +372,14 @@ class ReplayService:
                         sent += len(ack)
                         yield ack
                 except ShmError as e:  # the writer resends inline: nothing was stored
-                    status = "FAILED_PRECONDITION"
+                    stats.record(method, "FAILED_PRECONDITION", len(raw), sent)
+                    status = None  # counted: before the client hears it
                     await abort_shm_refused(context, str(e))
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
                 except Exception as e:  # noqa: BLE001
-                    status = code_for(e).name
+                    stats.record(method, code_for(e).name, len(raw), sent)
+                    status = None
                     if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
                         _log.error("internal error in Insert", exc_info=e)
                     await abort_with(context, e)
@@ -522,11 +518,40 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    target = f"{host}:{port}"
+    try:
+        grpc_server, bound = serve(
+            [service.generic_handler()], f"{host}:{port}", options=options, tls=tls,
+            on_start=lambda loop: setattr(service, "sweeper", loop.create_task(
+                service.sweep_idle())))
+    except ValueError as e:
+        service.shutdown()
+        _raise_if_bad_tls(tls)
+        raise ValueError(f"port ({port}) could not be bound on {host}: {e}") from None
+    if not bound:
+        grpc_server.stop(0)
+        service.shutdown()
+        _raise_if_bad_tls(tls)
+        raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
+    return grpc_server, bound, service
+
+
+def serve(handlers: list[grpc.GenericRpcHandler], target: str, *,
+          options: list[tuple[str, Any]] | None = None, tls: Any = None,
+          on_start: Callable[[asyncio.AbstractEventLoop], Any] | None = None,
+          ) -> tuple[GrpcServer, int]:
+    """Serves ``handlers`` (async handlers, as :class:`ReplayService` makes) with a
+    ``grpc.aio`` server on an event loop in a new thread.
+
+    Returns:
+      ``(server, bound port)``; the port is 0 (and nothing serves) when it could not be bound.
+
+    Raises:
+      ValueError: If gRPC refuses the address.
+    """
 
     async def setup() -> tuple[Any, int]:
-        gs = grpc.aio.server(options=options, maximum_concurrent_rpcs=None)
-        gs.add_generic_rpc_handlers((service.generic_handler(),))
+        gs = grpc.aio.server(options=options or [], maximum_concurrent_rpcs=None)
+        gs.add_generic_rpc_handlers(tuple(handlers))
         if tls is not None:
             creds = grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)])
             bound = gs.add_secure_port(target, creds)
@@ -534,7 +559,8 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
             bound = gs.add_insecure_port(target)
         if bound:
             await gs.start()
-            service.sweeper = asyncio.get_running_loop().create_task(service.sweep_idle())
+            if on_start is not None:
+                on_start(asyncio.get_running_loop())
         return gs, bound
 
     loop = asyncio.new_event_loop()
@@ -544,12 +570,5 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
         gs, bound = asyncio.run_coroutine_threadsafe(setup(), loop).result(30)
     except RuntimeError as e:
         loop.call_soon_threadsafe(loop.stop)
-        service.shutdown()
-        _raise_if_bad_tls(tls)
-        raise ValueError(f"port ({port}) could not be bound on {host}: {e}") from None
-    if not bound:
-        loop.call_soon_threadsafe(loop.stop)
-        service.shutdown()
-        _raise_if_bad_tls(tls)
-        raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
-    return GrpcServer(loop, thread, gs), bound, service
+        raise ValueError(str(e)) from None
+    return GrpcServer(loop, thread, gs), bound
