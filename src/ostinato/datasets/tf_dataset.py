@@ -288,7 +288,7 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
 _POLL_S = 0.05
 
 
-#: Consumers counted when a shared stream sizes its requests (``max_in_flight`` times this at
+#: Consumers counted when a shared stream sizes what it holds (``max_in_flight`` times this at
 #: most): iterators that were deleted never say so.
 _MAX_SHARERS = 64
 
@@ -317,11 +317,15 @@ class _Source:
     or at interpreter exit (then its iterator sees the end of the sequence).
 
     Without ``max_samples`` (a per-iterator limit) every iterator of the dataset reads one
-    shared SampleStream, whose requests grow with the number of readers: TF-Agents interleaves up
-    to 32 copies of one dataset, and one fetcher taking ``32 * max_in_flight`` items per request
-    costs far less than 32 fetchers taking ``max_in_flight`` each (the same items are fetched
-    ahead in total). Items still in the shared queue when a reader goes are handed to the next
-    (what TensorFlow already took into a deleted iterator's buffers is gone, as with Reverb).
+    shared SampleStream: TF-Agents interleaves up to 32 copies of one dataset, and one fetcher
+    costs far less than 32. It holds what the readers' own streams would (``max_in_flight *
+    num_workers`` per reader), asked for in two halves, and hands each fetch at most
+    ``max_in_flight`` items. That last bound is what keeps batches fresh: ``interleave`` takes
+    one element from each of its 32 streams in turn, so a chunk of ``c`` rows waits in
+    ``unbatch`` for about ``32 * c`` elements; chunks as large as a whole shared request (issue
+    22) made TF-Agents' batches dozens of training steps old. Items still in the shared queue
+    when a reader goes are handed to the next (what TensorFlow already took into a deleted
+    iterator's buffers is gone, as with Reverb).
     """
 
     def __init__(self, client: Client, table: str, options: StreamOptions,
@@ -387,8 +391,9 @@ class _Source:
 
     def _new_sampler(self) -> SampleStream:
         sampler = SampleStream(self._client, self._table, self._options,
-                          emit_timesteps=self._timesteps,
-                          validate=_validator(self._table, self._specs))
+                               emit_timesteps=self._timesteps,
+                               validate=_validator(self._table, self._specs),
+                               max_piece_items=self._options.max_in_flight_samples_per_worker)
         try:
             _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
         except BaseException:
@@ -405,7 +410,11 @@ class _Source:
                 shared = self._shared = self._new_sampler()
                 self._sharers = 0
             self._sharers = min(self._sharers + 1, _MAX_SHARERS)
-            shared.set_in_flight(self._options.max_in_flight_samples_per_worker * self._sharers)
+            # What the sharers' own streams could hold (Reverb: one sampler per iterator), asked
+            # for in halves so that one request is answered while the other is consumed.
+            in_flight = self._options.max_in_flight_samples_per_worker
+            per_worker = in_flight * self._sharers
+            shared.set_in_flight(per_worker, request_size=max(in_flight, per_worker // 2))
         stream.shared = True
         return shared
 
