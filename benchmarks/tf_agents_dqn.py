@@ -229,19 +229,23 @@ def compare(args) -> int:
     print()
     means = {}
     for impl, rs in runs.items():
-        final = statistics.mean(r["returns"][-1] for r in rs)
+        at = [statistics.mean(r["returns"][k] for r in rs) for k in range(len(rs[0]["returns"]))]
         speed = statistics.mean(r["iterations_per_s"] for r in rs)
         fresh = [statistics.mean(r["freshness"][p] for r in rs)
                  for p in range(len(rs[0]["freshness"]))]
         shares = [(statistics.mean(r["observed_share"][p] for r in rs),
                    statistics.mean(r["uniform_share"][p] for r in rs))
                   for p in range(len(rs[0]["freshness"]))]
-        means[impl] = (final, speed)
-        print(f"{impl:8s} mean final return {final:.1f}, mean {speed:.1f} it/s, freshness per "
+        means[impl] = (at, speed)
+        evals = ", ".join(f"{(k + 1) * args.eval_interval}: {x:.1f}" for k, x in enumerate(at))
+        print(f"{impl:8s} mean return at iteration {evals}; mean {speed:.1f} it/s; freshness per "
               f"phase {[round(f, 3) for f in fresh]} (observed/uniform share "
               f"{', '.join(f'{o:.3f}/{u:.3f}' for o, u in shares)})")
     (ro, so), (rr, sr) = means["ostinato"], means["reverb"]
-    print(f"ratio Ostinato/dm-reverb: final return {ro / rr:.2f}x, iterations/s {so / sr:.2f}x")
+    ratios = ", ".join(f"{(k + 1) * args.eval_interval}: {o / r:.2f}x"
+                       for k, (o, r) in enumerate(zip(ro, rr)))
+    print(f"ratio Ostinato/dm-reverb: mean return at iteration {ratios}; "
+          f"iterations/s {so / sr:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
