@@ -21,7 +21,7 @@ NEWEST = 100
 PREFILL = 200
 #: Loop iterations; the first ``WARMUP`` are not counted (what a pipeline prefetched when it
 #: started was drawn from the prefilled table).
-ITERATIONS = 500
+ITERATIONS = 400
 WARMUP = 20
 BATCH = 64
 #: A reader passes when observed / uniform is within this of 1 (Reverb itself: 0.95-0.99 on
