@@ -234,6 +234,57 @@ def test_prefetch_is_bounded(serve):
     it.close()
 
 
+@pytest.mark.parametrize("timesteps", [False, True])
+def test_pieces_are_cut_to_max_piece_items_in_order(make_server, timesteps):
+    server = make_server(reverb.Table.queue("q", 100))
+    client = server.localhost_client()
+    with client.trajectory_writer(num_keep_alive_refs=3) as w:
+        for i in range(10):
+            for t in range(1 + i % 3):  # items of 1, 2 and 3 steps
+                w.append({"x": np.int64(10 * i + t)})
+            w.create_item("q", 1.0, {"x": w.history["x"][-(1 + i % 3):]})
+            w.end_episode()
+    want = [[10 * i + t for t in range(1 + i % 3)] for i in range(10)]
+    with SampleStream(client, "q", max_in_flight_samples_per_worker=10, max_samples=10,
+                      emit_timesteps=timesteps, max_piece_items=4) as s:
+        pieces = [s.next_piece() for _ in range(3)]
+        assert s.next_piece() is None
+    assert [p.num_samples for p in pieces] == [4, 4, 2]
+    got = []
+    for p in pieces:
+        if timesteps:
+            assert len(p) == int(p.item_rows.sum())
+            got.extend(int(x) for x in p.columns[0])
+        else:
+            got.extend([int(v) for v in np.atleast_1d(r[0])] for r in p.row_data)
+    assert got == (sum(want, []) if timesteps else want)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_max_piece_items_is_validated(make_server, bad):
+    server = make_server(reverb.Table.queue("q", 10))
+    with pytest.raises(ValueError, match=rf"max_piece_items \({bad!r}\)"):
+        SampleStream(server.localhost_client(), "q", max_piece_items=bad)
+
+
+def test_set_in_flight_bounds_and_validates(serve):
+    client = serve(TABLES_CODE)
+    write_trajectories(client, "uniform", 20)
+    with SampleStream(client, "uniform", max_in_flight_samples_per_worker=2,
+                      num_workers_per_iterator=1) as s:
+        for n, request in [(0, None), (4, 0), (4, 5)]:
+            with pytest.raises(ValueError):
+                s.set_in_flight(n, request_size=request)
+        before = samples_completed(client, "uniform")
+        s.set_in_flight(12, request_size=6)
+        s.next_piece()
+        time.sleep(0.5)  # the worker runs ahead as far as it may
+        fetched = samples_completed(client, "uniform") - before
+        # The first piece taken (2 items, or 6 once the new size was seen) plus at most 12 held.
+        assert fetched <= 6 + 12
+        assert fetched % 2 == 0
+
+
 # -- timeouts ---------------------------------------------------------------------------------
 def test_timeout_zero_on_empty_table_ends_at_once(serve):
     client = serve(TABLES_CODE)

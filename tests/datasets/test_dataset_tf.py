@@ -375,3 +375,38 @@ def test_interleaved_streams_deliver_every_sampled_item(make_server):
 
     assert _bounded(take, 60) == [10, 10, 10]
     assert table.size == 0
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_interleaved_readers_get_small_chunks_from_a_bounded_shared_stream(make_server, remote):
+    # Issue 22: TF-Agents interleaves 32 copies of one dataset. Each reader is handed at most
+    # max_in_flight items per fetch (a larger chunk waits in its unbatch while the other 31
+    # are read, and goes stale), and the shared stream holds no more than the readers' own
+    # streams would.
+    server = make_server(reverb.Table("t", sampler=reverb.selectors.Uniform(),
+                                      remover=reverb.selectors.Fifo(), max_size=1000,
+                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    client = reverb.Client(f"localhost:{server.port}", in_process=not remote)
+    with client.trajectory_writer(1) as w:
+        for i in range(500):
+            w.append(np.int64(i))
+            w.create_item("t", 1.0, w.history[-1:])
+    ds = TrajectoryDataset(client, "t", tf.int64, tf.TensorShape([1]), 6)
+    source = ds._source
+    sids = [source.open() for _ in range(32)]
+    before = samples_completed(client, "t")
+    handed = 0
+    for _ in range(5):
+        for sid in sids:
+            deadline = time.monotonic() + 10
+            while True:
+                chunk = source.fetch(sid)
+                if len(chunk[1]) or time.monotonic() > deadline:
+                    break
+            assert 1 <= len(chunk[1]) <= 6
+            handed += len(chunk[1])
+    time.sleep(0.3)  # the shared stream fills up to what it may hold
+    shared = source._shared
+    held = samples_completed(client, "t") - before - handed
+    assert held <= 32 * 6 * shared.num_workers
+    source.close()

@@ -10,7 +10,8 @@ Guarantees:
 * **Bounded.** Before requesting, a worker reserves room for what it asks for; fetched plus
   requested items never exceed ``max_in_flight_samples_per_worker * num_workers`` beyond what
   the consumer holds, and never exceed what is left of ``max_samples``. A stream limited to
-  ``max_samples`` never takes more items than that from the table.
+  ``max_samples`` never takes more items than that from the table. So items are drawn at most
+  that many items before the consumer takes them: batches are as fresh as Reverb's.
 * **Ordered** for tables whose sampler is deterministic (Fifo, Lifo, heaps) or that delete
   items after ``max_times_sampled`` samples: one worker, and items come out in table order.
 * **Clean timeouts.** When a request waits ``rate_limiter_timeout_ms`` for the rate limiter
@@ -62,15 +63,38 @@ class Piece:
         different shapes, in which case ``row_data`` holds each row's list of columns.
       num_samples: items this piece took from the table (rows are timesteps when the
         stream emits timesteps).
+      item_rows: rows of each item when the rows are timesteps (None: one row per item).
     """
 
     info: SampleInfo
     columns: list[np.ndarray] | None
     row_data: list[list[np.ndarray]] | None
     num_samples: int
+    item_rows: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.info.key)
+
+    def split(self, max_items: int) -> list[Piece]:
+        """This piece cut into pieces of at most ``max_items`` items each (views, in order)."""
+        n = self.num_samples
+        if n <= max_items:
+            return [self]
+        if self.item_rows is None:
+            ends = np.arange(max_items, n, max_items)
+        else:
+            ends = np.cumsum(self.item_rows)[max_items - 1:n - 1:max_items]
+        bounds = [0, *(int(e) for e in ends), len(self)]
+        counts = [min(max_items, n - i) for i in range(0, n, max_items)]
+        parts = []
+        for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            rows = None if self.item_rows is None else \
+                self.item_rows[k * max_items:k * max_items + counts[k]]
+            parts.append(Piece(
+                SampleInfo(*(a[lo:hi] for a in self.info)),
+                None if self.columns is None else [c[lo:hi] for c in self.columns],
+                None if self.row_data is None else self.row_data[lo:hi], counts[k], rows))
+        return parts
 
 
 def as_client(client_or_address: Client | str) -> Client:
@@ -105,6 +129,9 @@ class SampleStream:
         have the same length.
       validate: optional ``callable(piece)`` run on each decoded piece in the worker (the
         dataset adapters check dtypes and shapes with it); what it raises ends the stream.
+      max_piece_items: hand the consumer pieces of at most this many items (a request's
+        items are cut into several pieces, in order). The tf.data adapter uses it so that a
+        request shared by many interleaved iterators reaches each of them in small pieces.
       **kwargs: fields of :class:`StreamOptions`.
 
     Raises:
@@ -119,7 +146,8 @@ class SampleStream:
 
     def __init__(self, client: Client | str, table: str, options: StreamOptions | None = None,
                  *, emit_timesteps: bool = False,
-                 validate: Callable[[Piece], None] | None = None, **kwargs: Any):
+                 validate: Callable[[Piece], None] | None = None,
+                 max_piece_items: int | None = None, **kwargs: Any):
         if options is not None and kwargs:
             raise ValueError(f"pass either options or keyword options, not both ({sorted(kwargs)})")
         self.options = options if options is not None else StreamOptions(**kwargs)
@@ -129,6 +157,11 @@ class SampleStream:
         self.table = table
         self.emit_timesteps = bool(emit_timesteps)
         self._validate = validate
+        if max_piece_items is not None and (isinstance(max_piece_items, bool) or not isinstance(
+                max_piece_items, (int, np.integer)) or max_piece_items < 1):
+            raise ValueError(f"max_piece_items ({max_piece_items!r}) must be a positive integer "
+                             "or None")
+        self._piece_items = None if max_piece_items is None else int(max_piece_items)
         self._transport = self.client.transport
         meta = self._transport.table_meta(table)
         self.signature = meta.signature
@@ -136,8 +169,8 @@ class SampleStream:
         remote = not self._transport.is_local
         self._slice = _REMOTE_SLICE_S if remote else _LOCAL_SLICE_S
         self.num_workers = self.options.num_workers(ordered=self.ordered, remote=remote)
-        self._inflight = int(self.options.max_in_flight_samples_per_worker)
-        self._capacity = self._inflight * self.num_workers
+        self._request = int(self.options.max_in_flight_samples_per_worker)
+        self._capacity = self._request * self.num_workers
         self._limit = None if self.options.max_samples == -1 else int(self.options.max_samples)
         self._timeout = self.options.deadline_seconds()
         self._per_stream = self.options.samples_per_stream
@@ -154,20 +187,35 @@ class SampleStream:
         self._ending = False    # a rate-limiter timeout ended the stream
         self._error: BaseException | None = None
         self._wait_since: float | None = None
+        self._room_waiters = 0  # workers waiting in _reserve for room, and the least they want
+        self._room_want = 0
         self._live = self.num_workers
         self._threads = [threading.Thread(target=self._work, name=f"ostinato-sampler-{table}-{i}",
                                           daemon=True) for i in range(self.num_workers)]
         for th in self._threads:
             th.start()
 
-    def set_in_flight(self, n: int) -> None:
-        """Changes ``max_in_flight_samples_per_worker`` (items per request, and per worker
-        fetched ahead of the consumer); a stream shared by several consumers grows it with them."""
+    def set_in_flight(self, n: int, *, request_size: int | None = None) -> None:
+        """Changes ``max_in_flight_samples_per_worker``: the items each worker may hold fetched
+        (or requested) ahead of the consumer, and by default the size of a request.
+
+        Args:
+          n: items per worker; the stream holds at most ``n * num_workers``.
+          request_size: items per request, at most ``n`` (default ``n``). A stream shared by
+            several consumers asks for part of what it may hold, so that one request is
+            answered while the items of the one before are consumed.
+
+        Raises:
+          ValueError: ``n`` or ``request_size`` is below 1, or ``request_size`` above ``n``.
+        """
         if n < 1:
             raise ValueError(f"in-flight samples ({n}) must be >= 1")
+        request = n if request_size is None else request_size
+        if not 1 <= request <= n:
+            raise ValueError(f"request_size ({request_size}) must be between 1 and {n}")
         with self._cond:
-            self._inflight = int(n)
-            self._capacity = self._inflight * self.num_workers
+            self._request = int(request)
+            self._capacity = int(n) * self.num_workers
             self._cond.notify_all()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -212,7 +260,7 @@ class SampleStream:
             while True:
                 if self._closed or self._ending or self._error is not None:
                     return 0
-                want = min(self._inflight, per_request)
+                want = min(self._request, per_request)
                 if self._limit is not None:
                     left = self._limit - self._requested
                     if left <= 0:
@@ -222,7 +270,12 @@ class SampleStream:
                     self._used += want
                     self._requested += want
                     return want
-                self._cond.wait()
+                self._room_want = want if self._room_waiters == 0 else min(self._room_want, want)
+                self._room_waiters += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._room_waiters -= 1
 
     def _release(self, reserved: int, piece: Piece | None) -> None:
         got = 0 if piece is None else piece.num_samples
@@ -232,6 +285,8 @@ class SampleStream:
             if piece is not None:
                 if self._closed:
                     self._used -= got
+                elif self._piece_items is not None:
+                    self._queue.extend(piece.split(self._piece_items))
                 else:
                     self._queue.append(piece)
             self._cond.notify_all()
@@ -343,7 +398,10 @@ class SampleStream:
                     self._used -= p.num_samples
                     self._delivered += p.num_samples
                     self._wait_since = None
-                    self._cond.notify_all()
+                    # Wake a worker only when it now has room for its request: a stream cut
+                    # into many small pieces would otherwise wake it at every piece.
+                    if self._room_waiters and self._capacity - self._used >= self._room_want:
+                        self._cond.notify_all()
                     return p
                 if self._error is not None:
                     raise self._error
@@ -497,7 +555,8 @@ def _timestep_piece(batch: SampleBatch, info: SampleInfo) -> Piece:
             raise _decompose_error()
         t = lengths.pop() if lengths else 1
         out = [_writable(c.reshape(n * t, *c.shape[2:])) for c in full]
-        return Piece(SampleInfo(*(np.repeat(a, t) for a in info)), out, None, n)
+        return Piece(SampleInfo(*(np.repeat(a, t) for a in info)), out, None, n,
+                     np.full(n, t, np.int64))
     # Items of different lengths or shapes: decompose each item, then stack the steps.
     per_item = []
     steps = []
@@ -512,7 +571,7 @@ def _timestep_piece(batch: SampleBatch, info: SampleInfo) -> Piece:
     new_info = SampleInfo(*(np.repeat(a, rep) for a in info))
     try:
         out = [_concatenate(c) for c in zip(*per_item)]
-        return Piece(new_info, out, None, n)
+        return Piece(new_info, out, None, n, rep)
     except ValueError:
         rows = [[c[i] for c in cols] for cols, k in zip(per_item, steps) for i in range(k)]
-        return Piece(new_info, None, rows, n)
+        return Piece(new_info, None, rows, n, rep)

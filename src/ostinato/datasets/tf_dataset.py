@@ -79,9 +79,15 @@ def _text(value: Any, name: str) -> str:
 
 def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.TensorShape],
                     treedef: Any) -> tf.data.Dataset:
-    """Per iterator: open a stream once, then fetch chunks until the stream says it ended."""
-    out_types = [tf.bool, *_INFO_DTYPES, *dtypes]
-    chunk_shapes = [tf.TensorShape([]), *([tf.TensorShape([None])] * len(_INFO_DTYPES)),
+    """Per iterator: open a stream once, then fetch chunks until the stream says it ended.
+
+    The fetches are mapped with ``preserve_cardinality=False`` (``tf.compat.v1``'s map): the
+    ``StopIteration`` that :meth:`_Source.fetch` raises at the end of the stream ends the
+    sequence, with no per-chunk ``take_while`` and ``map`` to carry an end flag (two function
+    calls per chunk, and TF-Agents' pipeline fetches 11 chunks per batch).
+    """
+    out_types = [*_INFO_DTYPES, *dtypes]
+    chunk_shapes = [*([tf.TensorShape([None])] * len(_INFO_DTYPES)),
                     *(tf.TensorShape([None]).concatenate(s) for s in shapes)]
 
     def open_stream(_: Any) -> tf.Tensor:
@@ -89,21 +95,18 @@ def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.Ten
         sid.set_shape([])
         return sid
 
-    def fetch(sid: tf.Tensor) -> tuple[tf.Tensor, ReplaySample]:
+    def fetch(sid: tf.Tensor) -> ReplaySample:
         out = tf.numpy_function(source.fetch, [sid], out_types, stateful=True,
                                 name="ostinato_fetch")
         for t, s in zip(out, chunk_shapes):
             t.set_shape(s)
         n = len(_INFO_DTYPES)
-        sample = ReplaySample(SampleInfo(*out[1:1 + n]),
-                              optree.tree_unflatten(treedef, list(out[1 + n:])))
-        return out[0], sample
+        return ReplaySample(SampleInfo(*out[:n]), optree.tree_unflatten(treedef, list(out[n:])))
 
     def chunks(sid: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.Dataset.from_tensors(sid).repeat().map(fetch)
+        return tf.compat.v1.data.Dataset.map(tf.data.Dataset.from_tensors(sid).repeat(), fetch)
 
     ds = tf.data.Dataset.from_tensors(np.int64(0)).map(open_stream).flat_map(chunks)
-    ds = ds.take_while(lambda ended, _: tf.logical_not(ended)).map(lambda _, sample: sample)
     return ds.unbatch()
 
 
@@ -288,7 +291,7 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
 _POLL_S = 0.05
 
 
-#: Consumers counted when a shared stream sizes its requests (``max_in_flight`` times this at
+#: Consumers counted when a shared stream sizes what it holds (``max_in_flight`` times this at
 #: most): iterators that were deleted never say so.
 _MAX_SHARERS = 64
 
@@ -317,11 +320,15 @@ class _Source:
     or at interpreter exit (then its iterator sees the end of the sequence).
 
     Without ``max_samples`` (a per-iterator limit) every iterator of the dataset reads one
-    shared SampleStream, whose requests grow with the number of readers: TF-Agents interleaves up
-    to 32 copies of one dataset, and one fetcher taking ``32 * max_in_flight`` items per request
-    costs far less than 32 fetchers taking ``max_in_flight`` each (the same items are fetched
-    ahead in total). Items still in the shared queue when a reader goes are handed to the next
-    (what TensorFlow already took into a deleted iterator's buffers is gone, as with Reverb).
+    shared SampleStream: TF-Agents interleaves up to 32 copies of one dataset, and one fetcher
+    costs far less than 32. It holds what the readers' own streams would (``max_in_flight *
+    num_workers`` per reader), asked for in two halves, and hands each fetch at most
+    ``max_in_flight`` items. That last bound is what keeps batches fresh: ``interleave`` takes
+    one element from each of its 32 streams in turn, so a chunk of ``c`` rows waits in
+    ``unbatch`` for about ``32 * c`` elements; chunks as large as a whole shared request (issue
+    22) made TF-Agents' batches dozens of training steps old. Items still in the shared queue
+    when a reader goes are handed to the next (what TensorFlow already took into a deleted
+    iterator's buffers is gone, as with Reverb).
     """
 
     def __init__(self, client: Client, table: str, options: StreamOptions,
@@ -340,8 +347,7 @@ class _Source:
         self._sharers = 0
         info = [np.zeros(0, d.as_numpy_dtype) for d in _INFO_DTYPES]
         data = [np.zeros((0, *(0 if d is None else d for d in s.shape)), s.dtype) for s in specs]
-        self._empty = [np.bool_(False), *info, *data]
-        self._end = [np.bool_(True), *info, *data]
+        self._empty = [*info, *data]
         _SOURCES.add(self)
         weakref.finalize(self, _close_streams, self._streams, self._lock)
 
@@ -359,7 +365,7 @@ class _Source:
         sid = int(sid)
         stream = self._streams.get(sid)
         if stream is None:
-            return self._end
+            raise StopIteration
         if stream.rows:
             return self._row(stream)
         sampler = stream.sampler
@@ -378,17 +384,18 @@ class _Source:
             return self._empty
         if p is None:
             self._drop(sid)
-            return self._end
+            raise StopIteration
         if p.columns is not None:
-            return [np.bool_(False), *p.info, *p.columns]
+            return [*p.info, *p.columns]
         for i, row in enumerate(p.row_data or ()):
             stream.rows.append([*(a[i:i + 1] for a in p.info), *(r[None] for r in row)])
         return self._row(stream)
 
     def _new_sampler(self) -> SampleStream:
         sampler = SampleStream(self._client, self._table, self._options,
-                          emit_timesteps=self._timesteps,
-                          validate=_validator(self._table, self._specs))
+                               emit_timesteps=self._timesteps,
+                               validate=_validator(self._table, self._specs),
+                               max_piece_items=self._options.max_in_flight_samples_per_worker)
         try:
             _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
         except BaseException:
@@ -405,13 +412,17 @@ class _Source:
                 shared = self._shared = self._new_sampler()
                 self._sharers = 0
             self._sharers = min(self._sharers + 1, _MAX_SHARERS)
-            shared.set_in_flight(self._options.max_in_flight_samples_per_worker * self._sharers)
+            # What the sharers' own streams could hold (Reverb: one sampler per iterator), asked
+            # for in halves so that one request is answered while the other is consumed.
+            in_flight = self._options.max_in_flight_samples_per_worker
+            per_worker = in_flight * self._sharers
+            shared.set_in_flight(per_worker, request_size=max(in_flight, per_worker // 2))
         stream.shared = True
         return shared
 
     @staticmethod
     def _row(stream: _Stream) -> list[Any]:
-        return [np.bool_(False), *stream.rows.popleft()]
+        return list(stream.rows.popleft())
 
     def _drop(self, sid: int) -> None:
         with self._lock:
