@@ -119,3 +119,19 @@ def distinct_rows_fit(
             f"must not exceed {of} ({available}); sample() without unique=True draws with "
             f"replacement and accepts any {name}"
         )
+
+
+def state_alpha(state: dict[str, Any], alpha: float) -> None:
+    """Raises ``ValueError`` unless a sampler state was saved with ``alpha``."""
+    if float(state["alpha"]) != alpha:
+        raise ValueError(f"state alpha ({state['alpha']}) differs from alpha ({alpha})")
+
+
+def restore_random_state(set_state: Any, state: dict[str, Any]) -> None:
+    """Restores a sampler state's random stream with ``set_state``; a state saved by a
+    sampler of another kind (numpy's generator, or a CPU one) cannot carry its stream over,
+    so it is left as it is (the priorities still carry over)."""
+    try:
+        set_state(state["generator"])
+    except (TypeError, RuntimeError, ValueError, KeyError):
+        pass

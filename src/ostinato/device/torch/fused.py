@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ostinato.device._checks import unit_float
+from ostinato.device._checks import restore_random_state, state_alpha, unit_float
 from ostinato.device.ring import RingCursor, Segment
 from ostinato.device.torch.device import make_generator, resolve_device
 
@@ -289,8 +289,7 @@ class FusedPrioritizedSampler:
         Raises:
             ValueError: If alpha or the capacity differ.
         """
-        if float(state["alpha"]) != self.alpha:
-            raise ValueError(f"state alpha ({state['alpha']}) differs from alpha ({self.alpha})")
+        state_alpha(state, self.alpha)
         tree = state["tree"]
         if int(tree["capacity"]) != self.capacity:
             raise ValueError(
@@ -300,11 +299,5 @@ class FusedPrioritizedSampler:
         self.leaves.zero_()
         self.leaves[: self.capacity].copy_(leaves)
         self._max.fill_(float(state["max_priority"]))
-        gen = state["generator"]
-        try:
-            self.generator.set_state(gen)
-        except (TypeError, RuntimeError, ValueError):
-            # A state saved by a sampler of another kind (numpy's, or a CPU generator's):
-            # the random stream cannot carry over; the priorities do.
-            pass
+        restore_random_state(self.generator.set_state, state)
         self._host = (-1, -1)  # the next call copies the ring's counters in

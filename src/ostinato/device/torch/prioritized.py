@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ostinato.device._checks import unit_float
+from ostinato.device._checks import restore_random_state, state_alpha, unit_float
 from ostinato.device.ring import RingCursor, Segment
 from ostinato.device.torch.device import resolve_device
 from ostinato.device.torch.fused import MAX_BLOCK, FusedPrioritizedSampler, triton_usable
@@ -213,17 +213,11 @@ class PrioritizedSampler:
         Raises:
             ValueError: If alpha or the capacity differ.
         """
-        if float(state["alpha"]) != self.alpha:
-            raise ValueError(f"state alpha ({state['alpha']}) differs from alpha ({self.alpha})")
+        state_alpha(state, self.alpha)
         self.tree.load_state_dict(state["tree"])
         self._max_priority[...] = float(state["max_priority"])
         self._max_leaf_stale = True
-        try:
-            self.ops.set_state(state["generator"])
-        except (TypeError, RuntimeError, ValueError, KeyError):
-            # Saved by a sampler of another kind: the priorities carry over, the random
-            # stream cannot.
-            pass
+        restore_random_state(self.ops.set_state, state)
 
 
 def make_prioritized_sampler(
