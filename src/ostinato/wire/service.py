@@ -388,7 +388,8 @@ class ReplayService:
         except asyncio.CancelledError:
             if task in self._swept:  # idle: end the stream normally, the writer reopens it
                 self._swept.discard(task)
-                task.uncancel()
+                if hasattr(task, "uncancel"):  # Python >= 3.11 counts cancellations
+                    task.uncancel()
                 return
             if status is not None:
                 status = "CANCELLED"
