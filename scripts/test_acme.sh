@@ -22,8 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python 2>/dev/null | sort -V | tail -n 1 || true)
-[ -n "$py" ] || py=$(command -v python3.11 || true)
+py=$(bash scripts/python311.sh)
 if [ -z "$py" ]; then
   echo "test_acme: skipped, no Python 3.11 here (Acme 0.4's TensorFlow 2.15 needs it)"
   exit 0

@@ -13,8 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python 2>/dev/null | sort -V | tail -n 1 || true)
-[ -n "$py" ] || py=$(command -v python3.11 || true)
+py=$(bash scripts/python311.sh)
 if [ -z "$py" ]; then
   echo "test_tf_agents: skipped, no Python 3.11 here (TF-Agents 0.19 needs TensorFlow 2.15)"
   exit 0
