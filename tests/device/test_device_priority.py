@@ -44,7 +44,7 @@ def rows(first, n):
 
 def draw_counts(buf, n_ids, draws, beta=0.4):
     counts = np.zeros(n_ids)
-    if getattr(buf.sampler, "kernels", None) == "triton":
+    if getattr(getattr(buf, "sampler", None), "kernels", None) == "triton":
         # Triton's interpreter costs ~20 ms a launch: the same draws in one call of the
         # sampler (the same kernels; strata over all of them) instead of ``draws`` calls.
         _, _, slots = buf.sampler.sample(buf.storage.ring, buf.sample_size * draws, beta)
