@@ -126,7 +126,8 @@ def test_tree_random_updates(make, rtol, data, capacity, fanout):
     tree = make(capacity, fanout)
     values = np.zeros(capacity)
     for _ in range(data.draw(st.integers(1, 4))):
-        n = data.draw(st.integers(1, 12))
+        # A few batch sizes, not every one: jax compiles the update once per shape.
+        n = data.draw(st.sampled_from([1, 5, 12]))
         index = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=n, max_size=n)))
         value = np.array(
             data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, 1e-3]), min_size=n, max_size=n))
