@@ -10,9 +10,10 @@ its own): an open Insert stream waiting for its writer's next request costs a li
 and no thread, so hundreds of writers do not hold anything that other calls need. The work of
 a request runs in one of three bounded thread pools, so that no kind of call queues behind
 another: *data* (an Insert request: decoding, storing, waiting for a rate limiter), *sample*
-(a Sample call, which may wait for its rate limiter), and *control* (``ServerInfo``,
-``Mutate``, ``Reset``, ``Checkpoint``, ``Stats``). Threads are started as work arrives, up to
-each pool's bound; the thread count does not grow with the number of streams. A small insert
+(a Sample call, which may wait for its rate limiter), and *control* (``Mutate``, ``Reset``,
+``Checkpoint``, ``Stats``). ``ServerInfo`` only reads counters and is answered on the loop
+itself: no hand-off, so it waits for nothing but the loop. Threads are started as work
+arrives, up to each pool's bound; the thread count does not grow with the number of streams. A small insert
 request (no shared-memory ring) is stored on the loop itself until it would wait for its rate
 limiter, which saves two thread hand-offs per request; the rest of it goes to the data pool.
 
@@ -95,7 +96,7 @@ DEFAULT_MAX_STREAMS = 4096
 DEFAULT_IDLE_STREAM_SECONDS = 300.0
 #: Insert requests up to this size are stored on the event loop (unless they must wait).
 INLINE_BYTES = 64 * 1024
-#: Threads answering control calls (ServerInfo, Mutate, Reset, Checkpoint, Stats).
+#: Threads answering control calls (Mutate, Reset, Checkpoint, Stats).
 CONTROL_THREADS = 2
 #: Most threads storing insert requests at once (and waiting for their rate limiters).
 DATA_THREADS = 8
@@ -210,7 +211,7 @@ class ReplayService:
 
     def _unary(self, name: str, fn: Any, pool: str) -> Any:
         stats = self.requests
-        executor = self.pools[pool]
+        executor = None if pool == "loop" else self.pools[pool]
 
         def work(raw: bytes, gone: Gone) -> bytes:
             return codec.pack(fn(codec.unpack(raw), gone))
@@ -223,7 +224,11 @@ class ReplayService:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
             gone = self._gone(context)
             try:
-                out = await asyncio.get_running_loop().run_in_executor(executor, work, raw, gone)
+                if executor is None:  # cheap and never waits: answered on the loop
+                    out = work(raw, gone)
+                else:
+                    out = await asyncio.get_running_loop().run_in_executor(
+                        executor, work, raw, gone)
             except asyncio.CancelledError:
                 stats.record(name, "CANCELLED", len(raw), 0)
                 gone.set()
@@ -245,7 +250,7 @@ class ReplayService:
             for name, fn, pool in (("Sample", "sample", "sample"),
                                    ("Mutate", "mutate", "control"),
                                    ("Reset", "reset", "control"),
-                                   ("ServerInfo", "server_info", "control"),
+                                   ("ServerInfo", "server_info", "loop"),
                                    ("Checkpoint", "checkpoint", "control"),
                                    ("Stats", "stats", "control"))}
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
