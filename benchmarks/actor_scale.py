@@ -93,7 +93,9 @@ def writer_child(impl: str, port: int, n: int, period: float, seconds: float) ->
     for step in range(steps):
         for w in writers:
             try:
-                w.append({"x": np.float32(step)})
+                # A (1,) column: dm-reverb's Client.sample fails on scalar columns
+                # ("len() of unsized object").
+                w.append({"x": np.full((1,), step, np.float32)})
                 w.create_item("t", 1.0, {"x": w.history["x"][-1]})
                 created += 1
             except Exception:  # noqa: BLE001 - counted, reported
@@ -145,20 +147,20 @@ def one_run(impl: str, writers: int, processes: int, period: float, seconds: flo
             every: float = 5.0) -> dict:
     """One measurement with this interpreter's implementation.
 
-    ``server_cpus``/``client_cpus`` pin the server and the writer/sampler processes (taskset
-    lists, e.g. "0" and "1"); ``every`` is the period of the server's RSS/threads/CPU
+    ``server_cpus``/``client_cpus`` pin the server and the writer processes (taskset lists,
+    e.g. "0" and "1"; the sampler and the probe are not pinned); ``every`` is the period of the server's RSS/threads/CPU
     timeline, in seconds.
     """
     reverb, version = import_impl(impl)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    me = [*_pinned(client_cpus), sys.executable, __file__, "--impl", impl]
+    me = [sys.executable, __file__, "--impl", impl]
     server = subprocess.Popen([*_pinned(server_cpus), sys.executable, str(HERE / "servers.py"),
                                "--impl", impl, "--serve", json.dumps(TABLE)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env)
     port = int(readline(server, 180, "server start").split()[1])
     per = [writers // processes + (i < writers % processes) for i in range(processes)]
-    kids = [subprocess.Popen(me + ["--writer-child", str(port), str(n), str(period),
+    kids = [subprocess.Popen(_pinned(client_cpus) + me + ["--writer-child", str(port), str(n), str(period),
                                    str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, env=env) for n in per if n]
     sampler = subprocess.Popen(me + ["--sampler-child", str(port), str(seconds)],
@@ -280,7 +282,7 @@ def main() -> None:
     p.add_argument("--server-cpus", default=None,
                    help="pin the server process to these CPUs (taskset list, e.g. 0)")
     p.add_argument("--client-cpus", default=None,
-                   help="pin the writer and sampler processes to these CPUs (e.g. 1)")
+                   help="pin the writer processes to these CPUs (e.g. 1)")
     p.add_argument("--every", type=float, default=5.0,
                    help="seconds between samples of the server's RSS, threads and CPU")
     p.add_argument("--out", default="actor_scale",
