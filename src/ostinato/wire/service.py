@@ -243,7 +243,8 @@ class ReplayService:
             return out
         return handler
 
-    def generic_handler(self) -> grpc.GenericRpcHandler:
+    def method_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """The handlers of service ``ostinato.Replay``, by method name."""
         ident = None  # bytes in, bytes out
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn), pool))
@@ -255,7 +256,10 @@ class ReplayService:
                                    ("Stats", "stats", "control"))}
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
             self.insert, ident, ident)
-        return grpc.method_handlers_generic_handler(protocol.SERVICE, handlers)
+        return handlers
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(protocol.SERVICE, self.method_handlers())
 
     def _wait_slices(self, fn: Any, timeout_ms: Any, gone: Gone) -> Any:
         """Runs ``fn(slice_seconds)`` until it stops timing out, the deadline passes or the
@@ -529,6 +533,7 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
     try:
         grpc_server, bound = serve(
             [service.generic_handler()], f"{host}:{port}", options=options, tls=tls,
+            registered=(protocol.SERVICE, service.method_handlers()),
             on_start=lambda loop: setattr(service, "sweeper", loop.create_task(
                 service.sweep_idle())))
     except ValueError as e:
@@ -546,9 +551,17 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
 def serve(handlers: list[grpc.GenericRpcHandler], target: str, *,
           options: list[tuple[str, Any]] | None = None, tls: Any = None,
           on_start: Callable[[asyncio.AbstractEventLoop], Any] | None = None,
+          registered: tuple[str, dict[str, grpc.RpcMethodHandler]] | None = None,
           ) -> tuple[GrpcServer, int]:
     """Serves ``handlers`` (async handlers, as :class:`ReplayService` makes) with a
     ``grpc.aio`` server on an event loop in a new thread.
+
+    ``registered`` (service name, handlers by method) are also registered with the server
+    where gRPC supports it (grpcio >= 1.63): each registered method then has its own queue of
+    calls waiting to be accepted, so a burst of new Insert streams (hundreds of actors
+    starting at once) does not delay a ``ServerInfo`` or ``Sample`` call. gRPC's event-loop
+    server accepts one call per method at a time, a few loop turns each; with generic
+    handlers alone every method shares that one queue.
 
     Returns:
       ``(server, bound port)``; the port is 0 (and nothing serves) when it could not be bound.
@@ -560,6 +573,8 @@ def serve(handlers: list[grpc.GenericRpcHandler], target: str, *,
     async def setup() -> tuple[Any, int]:
         gs = grpc.aio.server(options=options or [], maximum_concurrent_rpcs=None)
         gs.add_generic_rpc_handlers(tuple(handlers))
+        if registered is not None and hasattr(gs, "add_registered_method_handlers"):
+            gs.add_registered_method_handlers(*registered)
         if tls is not None:
             creds = grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)])
             bound = gs.add_secure_port(target, creds)
