@@ -36,8 +36,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-from harness import Target  # noqa: E402
+import harness
+from harness import Target
 
 DEFAULT = ["W1", "W1t", "W2", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "MEM", "MEM3"]
 ALLOWED = DEFAULT + ["W3", "W6"]

@@ -75,7 +75,7 @@ def w8_table(reverb):
     if hasattr(reverb, "TensorSpec"):
         spec = reverb.TensorSpec([SEQ, OBS_DIM], np.float32)
     else:
-        import tensorflow as tf  # noqa: PLC0415
+        import tensorflow as tf
 
         spec = tf.TensorSpec([SEQ, OBS_DIM], tf.float32)
     return reverb.Table(name="w8", sampler=reverb.selectors.Uniform(),
@@ -153,16 +153,16 @@ def make_iterator(reverb, adapter: str, dep: Deployment, in_flight: int):
     if adapter == "tf":
         cls = getattr(reverb, "TrajectoryDataset", None)
         if cls is None:  # before ostinato exported it at the top level
-            from ostinato.datasets import TrajectoryDataset as cls  # noqa: PLC0415
+            from ostinato.datasets import TrajectoryDataset as cls
         ds = cls.from_table_signature(
             dep.address, "w8", max_in_flight_samples_per_worker=in_flight).batch(BATCH)
         return iter(ds), nothing
-    import ostinato.datasets as datasets  # noqa: PLC0415
+    import ostinato.datasets as datasets
 
     if adapter == "numpy":
         return datasets.numpy(dep.client(), "w8", batch_size=BATCH), nothing
     if adapter == "torch":
-        import torch  # noqa: PLC0415
+        import torch
 
         ds = datasets.TorchDataset(dep.client(), "w8", batch_size=BATCH)
         return iter(torch.utils.data.DataLoader(ds, batch_size=None)), nothing

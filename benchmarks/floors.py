@@ -163,7 +163,7 @@ def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
             if user_dict:
                 ks = [s[0].info.key for s in out]
                 prios = rng.uniform(0.01, 10, BATCH)
-                {k: float(p) for k, p in zip(ks, prios)}  # noqa: B018
+                {k: float(p) for k, p in zip(ks, prios)}
 
     f4 = _timed(lambda: objects(True), repeat)
     f4f = _timed(lambda: objects(False), repeat)

@@ -127,7 +127,7 @@ def run_impl(bench: Bench, impl: str, ids: list[str], args) -> dict:
                 res = run_mem(ctx, wid)
             else:
                 res = w.run(ctx)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - logged; the other workloads still run
             log(f"{wid} FAILED: {e!r}")
             traceback.print_exc(file=sys.stderr)
             out["results"][wid] = {"error": f"{type(e).__name__}: {e}"}

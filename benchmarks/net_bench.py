@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-import servers  # noqa: E402
-import workloads as wl  # noqa: E402
-from harness import Target  # noqa: E402
-from servers import log  # noqa: E402
+import harness
+import servers
+import workloads as wl
+from harness import Target
+from servers import log
 
 DEFAULT_PLOT = Path(__file__).resolve().parent / "scaling.png"
 DEFAULT = ["W1", "W1t", "W2", "W3", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "W6",
@@ -187,11 +187,11 @@ def scaling_rows(ost: dict | None, rev: dict | None) -> list[tuple]:
 
 def make_plot(ost: dict | None, rev: dict | None, path: str) -> str | None:
     try:
-        import matplotlib  # noqa: PLC0415
+        import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-        import matplotlib.ticker  # noqa: PLC0415
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         log("matplotlib not installed: no plot (pip install matplotlib)")
         return None

@@ -49,11 +49,11 @@ def set_log_prefix(name: str) -> None:
 def import_impl(name: str):
     """Returns (the module used as ``reverb``, its version): dm-reverb for ``reverb``,
     Ostinato (installed, or from this checkout's ``src/``) for ``ostinato``."""
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    from importlib.metadata import PackageNotFoundError, version
 
     if name == "reverb":
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import reverb  # noqa: PLC0415
+        import reverb
 
         try:
             return reverb, version("dm-reverb")
@@ -62,10 +62,10 @@ def import_impl(name: str):
     if name != "ostinato":
         raise ValueError(f"unknown impl {name!r}")
     try:
-        import ostinato as reverb  # noqa: PLC0415
+        import ostinato as reverb
     except ImportError:
         sys.path.insert(0, str(REPO_ROOT / "src"))
-        import ostinato as reverb  # noqa: PLC0415
+        import ostinato as reverb
     ver = getattr(reverb, "__version__", None)
     if ver is None:
         try:
@@ -91,7 +91,7 @@ def git_commit() -> str | None:
                                         text=True, timeout=10).stdout.strip()
         head, dirty = run("rev-parse", "--short", "HEAD"), run("status", "--porcelain", "../src")
         return (head + ("+dirty src" if dirty else "")) or None
-    except Exception:
+    except Exception:  # noqa: BLE001 - no git checkout: no revision
         return None
 
 
@@ -135,7 +135,7 @@ def stop_child(proc: subprocess.Popen, timeout: float = 20) -> None:
     """Closes a child's stdin (its signal to stop) and waits, killing it after ``timeout``."""
     try:
         proc.stdin.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best-effort shutdown
         pass
     try:
         proc.wait(timeout=timeout)
@@ -209,7 +209,7 @@ def close_client(client) -> None:
     if close is not None:
         try:
             close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best-effort shutdown
             pass
 
 
@@ -260,7 +260,7 @@ def settled_rss() -> int:
     time.sleep(0.5)
     gc.collect()
     try:
-        import psutil  # noqa: PLC0415
+        import psutil
     except ImportError:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -34,7 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402  (markdown tables)
+import harness  # markdown tables
 
 TABLE = "uniform_table"
 WORKLOADS = ("observer", "dataset", "loop", "floors")

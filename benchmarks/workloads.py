@@ -335,7 +335,7 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
             try:
                 s = next(iter(client.sample(table, num_samples=1)))
                 params["emit_timesteps_true_on_squeezed"] = f"yields {type(s).__name__}"
-            except Exception as e:  # dm-reverb 0.14: TypeError: len() of unsized object
+            except Exception as e:  # noqa: BLE001 - dm-reverb 0.14: TypeError: len() of unsized
                 params["emit_timesteps_true_on_squeezed"] = f"raises {type(e).__name__}: {e}"
     return {"unit": "items/s", "values": values, "params": params}
 

@@ -32,7 +32,7 @@ _LAZY = {"TrajectoryDataset": "ostinato.datasets.tf_dataset",
 _LAZY_MODULES = {"datasets", "observers", "rlds"}
 
 
-def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes
+def __getattr__(name: str):  # module-level lazy attributes
     import importlib
 
     module = _LAZY.get(name)

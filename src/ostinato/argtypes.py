@@ -23,7 +23,7 @@ def positive(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-def read_pem(path: str, flag: str, error: Callable[[str], Exception] = ValueError) -> bytes:
+def read_pem(path: str, flag: str, error: Callable[[str], BaseException] = ValueError) -> bytes:
     """The contents of the PEM file ``path`` given to ``flag``; ``error(message)`` is raised,
     naming the flag and the path, when it cannot be read or holds no PEM block."""
     try:

@@ -68,7 +68,7 @@ def _check_fields(d: dict[Any, Any], known: tuple[str, ...], where: str) -> None
 def _message_class() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    F = descriptor_pb2.FieldDescriptorProto  # noqa: N806
+    F = descriptor_pb2.FieldDescriptorProto
     fd = descriptor_pb2.FileDescriptorProto(name="ostinato_server_config.proto",
                                             package="ostinato.config", syntax="proto3")
 

@@ -89,7 +89,7 @@ class Client:
                                 if isinstance(server_address, (list, tuple)) else server_address)
         self._addresses = addresses
         self._transport = transport
-        self._options = dict(token=token, root_certificates=root_certificates,
+        self._options: dict[str, Any] = dict(token=token, root_certificates=root_certificates,
                              tls_server_name=tls_server_name, compression=compression,
                              unavailable_timeout=unavailable_timeout,
                              max_message_bytes=max_message_bytes, shared_memory=shared_memory)

@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("minari")
 pytest.importorskip("jax")  # Minari's DataCollector needs it
 
-from minari_fixtures import collect  # noqa: E402
+from minari_fixtures import collect
 
-import ostinato as reverb  # noqa: E402
-from ostinato.rlds import cli  # noqa: E402
+import ostinato as reverb
+from ostinato.rlds import cli
 
 
 @pytest.fixture(scope="module")

@@ -208,7 +208,7 @@ def drain_ids(client: Any, table: str, timeout: float = 0.3, batch: int = 64) ->
     while True:
         try:
             s = client.sample_batch(table, batch, timeout=timeout)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             if type(e).__name__ == "RateLimiterTimeout":
                 return out
             raise

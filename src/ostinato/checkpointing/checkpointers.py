@@ -166,7 +166,7 @@ class DefaultCheckpointer(CheckpointerBase):
             while not self._stop.wait(self.every_seconds):
                 try:
                     save()
-                except Exception:  # keep serving; the next period tries again
+                except Exception:  # noqa: BLE001 - keep serving; the next period tries again
                     _log.exception("periodic checkpoint under %s failed", self.path)
 
         self._thread = threading.Thread(target=loop, name="ostinato-checkpoint", daemon=True)

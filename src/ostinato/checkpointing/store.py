@@ -370,7 +370,7 @@ def _load_chunks(path: str, body: dict[str, Any], arrs: dict[str, np.ndarray],
             dctx = dctx or _zstd().ZstdDecompressor()
             try:
                 raw: Any = dctx.decompress(view[off:off + ln])
-            except Exception as e:  # zstandard.ZstdError
+            except Exception as e:  # noqa: BLE001 - zstandard.ZstdError
                 raise CheckpointCorruptError(f"{path}/data-{fi:05d}.bin: chunk {key} cannot be "
                                              f"decompressed: {e}") from None
             stored = len(raw)
@@ -509,7 +509,7 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
                 blob = read_verified(path, fname, files[fname])
                 try:
                     blob = dctx.decompress(blob, max_output_size=meta["items_raw_bytes"])
-                except Exception as e:  # zstandard.ZstdError
+                except Exception as e:  # noqa: BLE001 - zstandard.ZstdError
                     raise CheckpointCorruptError(f"{where} cannot be decompressed: {e}") from None
                 arrs = unpack_arrays(blob, meta["arrays"], where)
                 n_items = len(arrs["keys"])

@@ -540,12 +540,12 @@ class HeapSelector(ItemSelector):
         return f"HeapSelector(sign={1 if self._min_heap else -1})"
 
 
-def MinHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
+def MinHeap() -> HeapSelector:  # Reverb's public name
     """Selects the item with the lowest priority."""
     return HeapSelector(True)
 
 
-def MaxHeap() -> HeapSelector:  # noqa: N802 - Reverb's public name
+def MaxHeap() -> HeapSelector:  # Reverb's public name
     """Selects the item with the highest priority."""
     return HeapSelector(False)
 

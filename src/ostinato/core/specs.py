@@ -69,7 +69,7 @@ class TensorSpec:
             return NotImplemented
         try:
             o = TensorSpec.from_spec(other)
-        except Exception:
+        except Exception:  # noqa: BLE001 - not a spec: not equal
             return NotImplemented
         return self.shape == o.shape and self.dtype == o.dtype and self.name == o.name
 

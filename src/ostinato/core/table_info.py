@@ -48,7 +48,7 @@ class _Message:
                 f"{type(self).__name__} has no field {name!r} (fields: {', '.join(kinds)})")
         object.__setattr__(self, name, _convert(type(self).__name__, name, kinds[name], value))
 
-    def CopyFrom(self, other: Any) -> None:  # noqa: N802 - protobuf's spelling
+    def CopyFrom(self, other: Any) -> None:  # protobuf's spelling
         """Makes this message a copy of ``other`` (a message of the same type), in place."""
         if type(other) is not type(self):
             raise TypeError(f"{type(self).__name__}.CopyFrom() needs a {type(self).__name__}, "
@@ -126,7 +126,7 @@ class KeyDistributionOptions(_Message):
                     object.__setattr__(self, other, None if other in ("prioritized", "heap")
                                        else False)
 
-    def WhichOneof(self, name: str) -> str | None:  # noqa: N802 - protobuf's spelling
+    def WhichOneof(self, name: str) -> str | None:  # protobuf's spelling
         if name != "distribution":
             raise ValueError(f"KeyDistributionOptions has no oneof named {name!r}")
         for field in _DISTRIBUTION:
@@ -134,7 +134,7 @@ class KeyDistributionOptions(_Message):
                 return field
         return None
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's spelling
+    def HasField(self, name: str) -> bool:  # protobuf's spelling
         return bool(getattr(self, name))
 
 

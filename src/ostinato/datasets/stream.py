@@ -472,7 +472,7 @@ class SampleStream:
                 while buffered < batch_size and not ended:
                     try:
                         p = self.next_piece()
-                    except Exception as e:  # deliver what came before it, then raise
+                    except Exception as e:  # noqa: BLE001 - deliver what came before it, then raise
                         failure = e
                         p = None
                     if p is None:

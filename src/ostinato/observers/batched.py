@@ -269,7 +269,7 @@ class BatchedObserver:
         for observer in self._observers:
             try:
                 getattr(observer, method)(*args)
-            except Exception as e:  # every environment gets the call; the first error is raised
+            except Exception as e:  # noqa: BLE001 - all get the call; the first error is raised
                 if error is None:
                     error = e
         if error is not None:

@@ -96,7 +96,7 @@ class GrpcTransport(Transport):
         self.address = address
         self.options = options or ClientOptions()
         o = self.options
-        chan_opts = [
+        chan_opts: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", o.max_message_bytes),
             ("grpc.max_send_message_length", o.max_message_bytes),
             ("grpc.initial_reconnect_backoff_ms", 100),

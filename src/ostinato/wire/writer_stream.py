@@ -186,7 +186,7 @@ class RequestEncoder:
         others once this request's items are stored).
         """
         tables: dict[str, int] = {}
-        items = []
+        items: list[list[Any]] = []
         need: dict[int, tuple[Chunk, int]] = {}
         sq_cache: dict[int, list[bool]] = {}
         retried: list[int] = []

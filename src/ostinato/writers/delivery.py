@@ -158,7 +158,7 @@ class Delivery:
                     self._cv.notify_all()
                     return
                 table = self._queue[0][0]
-                batch = []
+                batch: list[Item] = []
                 for t, it in self._queue:  # deliver runs of items for one table together
                     if t != table or len(batch) >= self.BATCH:
                         break

@@ -72,7 +72,7 @@ class PatternNode:
     step = property(lambda self: self._step or 0,
                     lambda self, v: setattr(self, "_step", _int_or_none(v, "step")))
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+    def HasField(self, name: str) -> bool:  # protobuf's name
         if name not in ("start", "stop", "step"):
             raise ValueError(f'PatternNode has no optional field "{name}"')
         return getattr(self, "_" + name) is not None
@@ -158,14 +158,14 @@ class ConditionProto:
         else:
             object.__setattr__(self, name, value)
 
-    def WhichOneof(self, group: str) -> str | None:  # noqa: N802 - protobuf's name
+    def WhichOneof(self, group: str) -> str | None:  # protobuf's name
         if group == "left":
             return self._left
         if group == "cmp":
             return self._cmp
         raise ValueError(f'Condition has no oneof "{group}"')
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+    def HasField(self, name: str) -> bool:  # protobuf's name
         return name in (self._left, self._cmp, "left" if self._left else None,
                         "cmp" if self._cmp else None)
 
@@ -229,13 +229,13 @@ class Priority:
     ConstantPriorityFn = ConstantPriorityFn
     TDError = TDError
 
-    def WhichOneof(self, group: str) -> str | None:  # noqa: N802 - protobuf's name
+    def WhichOneof(self, group: str) -> str | None:  # protobuf's name
         if group != "priority_fn":
             raise ValueError(f'Priority has no oneof "{group}"')
         return "constant_fn" if self.constant_fn is not None else (
             "td_error" if self.td_error is not None else None)
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+    def HasField(self, name: str) -> bool:  # protobuf's name
         return getattr(self, name, None) is not None
 
 
@@ -258,7 +258,7 @@ class Config:
     priority: Priority | None = None
     conditions: list[ConditionProto] = dataclasses.field(default_factory=list)
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+    def HasField(self, name: str) -> bool:  # protobuf's name
         if name not in ("pattern_structure", "priority"):
             raise ValueError(f'StructuredWriterConfig has no optional field "{name}"')
         return getattr(self, name) is not None

@@ -64,14 +64,14 @@ class _JaxMixin:
         self.state = self._add(self.state, tuple(columns), **kwargs)
         self.ring.advance(rows)
 
-    def get_item(self, index: int) -> tuple[jax.Array, ...]:  # noqa: D102
+    def get_item(self, index: int) -> tuple[jax.Array, ...]:
         slot = self.ring.slot_of(index)
         return tuple(c[slot] for c in self.state.columns)
 
-    def size(self) -> int:  # noqa: D102
+    def size(self) -> int:
         return self.ring.size
 
-    def reset(self) -> bool:  # noqa: D102
+    def reset(self) -> bool:
         self.state = self._reset(self.state)
         self.ring.reset()
         return True
@@ -80,10 +80,10 @@ class _JaxMixin:
         """Waits until every queued operation on the state has finished."""
         jax.block_until_ready(self.state)
 
-    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+    def state_dict(self) -> dict[str, Any]:
         return {"state": self.state, "key": self._key, "ring": self.ring.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = jax.tree_util.tree_structure(self.state)
         theirs = jax.tree_util.tree_structure(state["state"])
         if mine != theirs:
@@ -116,10 +116,10 @@ class JaxUniformReplayBuffer(_JaxMixin, UniformReplayBuffer):
         fns = make_uniform_buffer(self.capacity, self.sample_size, shapes, types, names)
         self._setup(fns, kwargs.get("device"), self.seed)
 
-    def insert(self, exp: Sequence[Any]) -> None:  # noqa: D102
+    def insert(self, exp: Sequence[Any]) -> None:
         self._insert(exp)
 
-    def sample(  # noqa: D102
+    def sample(
         self, *, unique: bool = False, order_preserving: bool = False
     ) -> tuple[jax.Array, ...]:
         if self.ring.size == 0:
@@ -172,19 +172,19 @@ class JaxPriorityReplayBuffer(_JaxMixin, PriorityReplayBuffer):
             i = int(np.argmax(bad))
             raise ValueError(f"{what} must be finite and >= 0; got {p[i]} at position {i}")
 
-    def insert(self, *transition: Any, priority: Any = None) -> None:  # noqa: D102
+    def insert(self, *transition: Any, priority: Any = None) -> None:
         if priority is not None:
             self._check(priority, "priority")
         self._insert(self._transition(transition), priority=priority)
 
-    def sample(self, beta: float | None = None) -> tuple[jax.Array, ...]:  # noqa: D102
+    def sample(self, beta: float | None = None) -> tuple[jax.Array, ...]:
         beta = self._beta(beta)
         if self.ring.size == 0:
             raise IndexError("cannot sample from an empty buffer")
         self._key, out = self._sample(self.state, self._key, beta)
         return out
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:  # noqa: D102
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
         n_ids, n_p = np.shape(indices), np.shape(priorities)
         if int(np.prod(n_ids)) != int(np.prod(n_p)):
             raise ValueError(
