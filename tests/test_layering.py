@@ -24,7 +24,7 @@ import ostinato
 
 FORBIDDEN = ("grpc", "google.protobuf", "tensorflow", "torch", "jax")
 SRC = pathlib.Path(ostinato.__file__).parent
-MAX_LINES = 600
+MAX_LINES = 500
 
 
 def _loaded_after_import(module: str) -> list[str]:
