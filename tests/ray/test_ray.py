@@ -10,9 +10,10 @@ import time
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
-
+# "ray.actor", not "ray": without Ray installed, "ray" would find this directory (tests/ray).
+pytest.importorskip("ray.actor")
 import ostinato as reverb  # noqa: E402
+import ray  # noqa: E402
 from ostinato import cli, errors  # noqa: E402
 from ostinato.ray import ShardGroup, start_shards  # noqa: E402
 
@@ -35,8 +36,10 @@ def make_tables():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    # Workers import this module (the remote functions below) and this tree's ostinato.
-    path = os.pathsep.join(p for p in (HERE, SRC, os.environ.get("PYTHONPATH")) if p)
+    # Workers import this module (the remote functions below), the shared test helpers it
+    # may import (tests/_helpers.py) and this tree's ostinato.
+    path = os.pathsep.join(p for p in (HERE, os.path.dirname(HERE), SRC,
+                                       os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
