@@ -18,6 +18,7 @@ from _dataset_helpers import (
 
 import ostinato as reverb
 import ostinato.datasets as datasets
+from _helpers import wait_until
 from ostinato import errors
 from ostinato.core.assemble import gather, stack_batch
 from ostinato.core.deadline import Deadline
@@ -342,7 +343,8 @@ def test_stream_waits_for_late_inserts(serve):
 def test_close_stops_a_sampler_blocked_on_an_empty_table(serve):
     client = serve(TABLES_CODE)
     s = SampleStream(client, "empty")
-    time.sleep(0.2)
+    wait_until(lambda: client.metrics()["tables"]["empty"]["blocked_samplers"] >= 1, 10,
+               "the stream's sampler to block")
     t0 = time.monotonic()
     s.close()
     assert time.monotonic() - t0 < 3

@@ -99,7 +99,8 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
                     "40 flushed items")
         b.wait_line(lambda ln: ln == "FLUSHED 5", 30, "5 flushed items")
         wait_until(lambda: server.service.active_streams == 2, 60, "both streams open")
-        time.sleep(0.2)  # let B's sixth item reach the server and block there
+        wait_until(lambda: server.metrics()["tables"]["small"]["blocked_inserters"] >= 1, 30,
+                   "B's sixth item to reach the server and block there")
         assert len(server.tables_by_name["small"]) == 5
         confirmed = max(int(ln.split()[1]) for ln in a.lines if ln.startswith("FLUSHED"))
         for w in writers:

@@ -213,7 +213,8 @@ def test_sampler_killed_while_waiting_gets_nothing_later():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        time.sleep(0.5)
+        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
+                   "three samplers blocked on the server")
         for ch in children:
             ch.kill()
         time.sleep(1.5)  # > the service's 0.5 s wait slice: the dead calls have noticed
@@ -235,7 +236,8 @@ def test_item_inserted_right_after_a_blocked_sampler_died_is_not_lost():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        time.sleep(0.5)
+        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
+                   "three samplers blocked on the server")
         for ch in children:
             ch.kill()
         time.sleep(0.05)  # the kernel has closed their connections
