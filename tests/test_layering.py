@@ -1,6 +1,7 @@
 """The layers stay layered.
 
-* Importing the core (or the package) loads no transport or ML framework.
+* Importing the core (or the package) loads no transport or ML framework (run in
+  ``test_import_weight.py``; checked on the core's source here).
 * Each package imports only the layers below it (DESIGN.md §2): ``core`` only itself and
   ``errors``; ``writers`` never the transports or the wire; the transports never the client,
   the server or (but for the one lazy dial in ``transport.connect``) the wire; the wire never
@@ -15,34 +16,13 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 import ostinato
 
-FORBIDDEN = ("grpc", "google.protobuf", "tensorflow", "torch", "jax")
 SRC = pathlib.Path(ostinato.__file__).parent
-MAX_LINES = 600
-
-
-def _loaded_after_import(module: str) -> list[str]:
-    code = (
-        f"import sys, {module}\n"
-        f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
-        "print(','.join(bad))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return [m for m in out.stdout.strip().split(",") if m]
-
-
-def test_core_imports_no_framework_or_transport():
-    assert _loaded_after_import("ostinato.core") == []
-
-
-def test_package_import_is_light():
-    assert _loaded_after_import("ostinato") == []
+MAX_LINES = 500
 
 
 def test_core_sources_do_not_import_forbidden_modules():

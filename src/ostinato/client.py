@@ -17,6 +17,7 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.keys import new_key
 from ostinato.core.signature import check_columns, signature_structure
 from ostinato.core.table_info import TableInfo
+from ostinato.core.timesteps import num_steps, split_stacked
 from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.base import Transport
 from ostinato.transport.connect import connect
@@ -395,11 +396,8 @@ def _replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) ->
         return samples if not emit_timesteps else [[s] for s in samples]
     if any(sq):
         raise _mixed_squeeze_error()
-    lengths = {c.shape[1] for c in stacked}
-    if len(lengths) != 1:
-        raise _lengths_error(lengths)
-    t = lengths.pop()
-    steps = _per_row([c.reshape(n * t, *c.shape[2:]) for c in stacked], n * t, structure)
+    rows, t = split_stacked(stacked, n, _lengths_error)
+    steps = _per_row(rows, n * t, structure)
     samples = list(map(ReplaySample, infos if t == 1 else
                        [info for info in infos for _ in range(t)], steps))
     return [samples[i * t:(i + 1) * t] for i in range(n)]
@@ -448,11 +446,8 @@ def _timesteps(info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...],
         return [ReplaySample(info, data if structure is None else optree.tree_unflatten(structure, cols))]
     if any(sq):
         raise _mixed_squeeze_error()
-    lengths = {len(c) for c in cols}
-    if len(lengths) != 1:
-        raise _lengths_error(lengths)
     out = []
-    for t in range(lengths.pop()):
+    for t in range(num_steps(cols, _lengths_error)):
         step = [np.asarray(c[t]) for c in cols]
         out.append(ReplaySample(info, step if structure is None else optree.tree_unflatten(structure, step)))
     return out

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
+from _helpers import wait_until
 from ostinato import cli
 
 README_CONFIG = """
@@ -135,10 +136,8 @@ def test_periodic_flag(tmp_path):
     p, _ = _start(["--config", str(cfg), "--port", "0", "--checkpoint-dir", str(tmp_path / "c"),
                    "--checkpoint-every", "0.2"])
     try:
-        deadline = time.time() + 20
-        while not os.path.isdir(tmp_path / "c") or not os.listdir(tmp_path / "c"):
-            assert time.time() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: os.path.isdir(tmp_path / "c") and os.listdir(tmp_path / "c"), 20,
+                   "a periodic checkpoint", interval=0.1)
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(60) == 0

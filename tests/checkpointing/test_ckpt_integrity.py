@@ -12,6 +12,7 @@ import pytest
 from ckpt_helpers import ckpt, fill
 
 import ostinato as reverb
+from _helpers import wait_until
 from ostinato import checkpointers
 from ostinato.core import items as items_lib
 
@@ -124,9 +125,8 @@ def test_periodic_checkpoints(tmp_path, make_server):
     c = ckpt(tmp_path, keep=3, every_seconds=0.1)
     s = make_server(_table(), checkpointer=c)
     fill(s.localhost_client(), "t", 5)
-    deadline = time.time() + 5
-    while len(checkpointers.store_list(str(tmp_path))) < 2 and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(checkpointers.store_list(str(tmp_path))) >= 2, 5,
+               "two periodic checkpoints", interval=0.05)
     s.stop()
     assert 2 <= len(checkpointers.store_list(str(tmp_path))) <= 3
     assert c._thread is None

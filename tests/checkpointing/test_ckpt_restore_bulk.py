@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ostinato as reverb
 from ostinato import errors
-from ostinato.checkpointing import encode, store
+from ostinato.checkpointing import encode, restore, store
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk
 from ostinato.core.sum_tree import SumTree
@@ -284,7 +284,7 @@ def test_restore_progress_waits_for_the_delay(tmp_path, make_server, monkeypatch
     assert quiet == []
     # The default delay, with a clock on which the restore has been running for 10 s.
     ticks = itertools.count(0.0, 10.0)
-    monkeypatch.setattr(store, "DelayedProgress",
+    monkeypatch.setattr(restore, "DelayedProgress",
                         functools.partial(store.DelayedProgress, clock=lambda: next(ticks)))
     slow = []
     c = ckpt(tmp_path, progress=lambda *a: slow.append(a))

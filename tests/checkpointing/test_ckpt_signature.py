@@ -42,7 +42,7 @@ def test_round_trip_keeps_the_signature(tmp_path, make_server):
 
 def test_table_without_signature_adopts_the_checkpoints(tmp_path, make_server, caplog):
     _saved(tmp_path, make_server)
-    caplog.set_level(logging.INFO, logger="ostinato.checkpointing.store")
+    caplog.set_level(logging.INFO, logger="ostinato.checkpointing")
     s2 = make_server(_table(), _table("n"), checkpointer=ckpt(tmp_path))
     t2 = s2.tables_by_name["t"]
     assert t2.signature == SIG and t2.info.signature == SIG

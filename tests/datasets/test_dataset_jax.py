@@ -9,8 +9,8 @@ import pytest
 from _dataset_helpers import TABLES_CODE, write_queue, write_trajectories
 
 jax = pytest.importorskip("jax")
-
 import ostinato.datasets as datasets  # noqa: E402
+from _helpers import wait_until  # noqa: E402
 
 
 def test_returns_device_arrays_shaped_like_the_signature(serve):
@@ -36,9 +36,7 @@ def test_prefetches_ahead_of_the_consumer(serve):
     it = datasets.JaxIterator(client, "queue", batch_size=5, prefetch=2)
     first = next(it)
     assert np.asarray(first.data["x"]).tolist() == [0, 1, 2, 3, 4]
-    deadline = time.monotonic() + 10
-    while len(it._ahead) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(it._ahead) >= 2, 10, "two batches prefetched")
     assert len(it._ahead) == 2  # two more batches already on the device
     time.sleep(0.2)
     assert len(it._ahead) == 2  # and no more than that

@@ -15,9 +15,9 @@ from _dataset_helpers import (
 )
 
 tf = pytest.importorskip("tensorflow")
-
 import ostinato as reverb  # noqa: E402
 import ostinato.datasets as datasets  # noqa: E402
+from _helpers import wait_until  # noqa: E402
 
 TrajectoryDataset = datasets.TrajectoryDataset
 TimestepDataset = datasets.TimestepDataset
@@ -334,7 +334,9 @@ def test_deleting_an_iterator_waiting_on_an_empty_table_returns_promptly(make_se
     ds = TrajectoryDataset(client, "q", (tf.int64,), (tf.TensorShape([1]),), 2)
     it = iter(ds.batch(1).prefetch(2))
     assert int(next(it).data[0][0, 0]) == 1
-    time.sleep(0.3)  # the prefetch thread is now waiting on the empty table
+    # The prefetch thread is now waiting on the empty table.
+    wait_until(lambda: client.metrics()["tables"]["q"]["blocked_samplers"] >= 1, 10,
+               "the prefetch thread to wait on the empty table")
 
     def delete():
         nonlocal it

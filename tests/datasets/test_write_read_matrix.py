@@ -125,7 +125,7 @@ def written():
         client = _writer_client(server, how)
         _write(client)
         if how == "shm":
-            assert server._service.ring_streams >= 1, "rows did not go through the ring"
+            assert server.service.ring_streams >= 1, "rows did not go through the ring"
         client.close()
         servers[how] = server
     yield servers

@@ -113,7 +113,7 @@ def test_episode_observer_real_server_counts(queue_server):
     for t in counting_trajectories(3, 10):
         observer(t)
     observer.flush()
-    assert observer._cached_steps == 1
+    assert observer.cached_steps == 1
     items = drain(client)
     assert len(items) == 3
     assert [float(s.info.priority) for s in items] == [3.0] * 3

@@ -10,17 +10,8 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
+from _helpers import wait_until
 from ostinato.ops.metrics import client_metrics
-
-
-def _wait_for(pred, timeout=10.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _table(server, name):
@@ -85,7 +76,7 @@ def test_blocked_inserter_is_counted_while_it_waits_and_for_as_long(make_server)
     assert _table(server, "t")["blocked_inserters"] == 0
     th = _Timed(lambda: client.insert(np.float32(3), {"t": 1.0}, timeout=30))
     th.start()
-    _wait_for(lambda: _table(server, "t")["blocked_inserters"] == 1, what="a blocked inserter")
+    wait_until(lambda: _table(server, "t")["blocked_inserters"] == 1, what="a blocked inserter")
     time.sleep(0.4)
     t = _table(server, "t")
     assert t["blocked_inserters"] == 1 and t["blocked_samplers"] == 0
@@ -112,7 +103,7 @@ def test_blocked_samplers_are_counted_and_timed(make_server):
     threads = [_Timed(lambda: next(client.sample("m", timeout=30))) for _ in range(2)]
     for th in threads:
         th.start()
-    _wait_for(lambda: _table(server, "m")["blocked_samplers"] == 2, what="2 blocked samplers")
+    wait_until(lambda: _table(server, "m")["blocked_samplers"] == 2, what="2 blocked samplers")
     time.sleep(0.3)
     assert _table(server, "m")["sample_blocked_seconds"] >= 0.6  # two calls, 0.3 s each
     for i in range(3):
@@ -136,7 +127,7 @@ def test_remote_writer_and_sampler_blocked_over_grpc(make_server):
             w.append({"x": np.float32(i)})
             w.create_item("t", 1.0, {"x": w.history["x"][-1]})
         # The server's side of the stream waits for the limiter (in slices of 0.5 s).
-        _wait_for(lambda: _table(server, "t")["blocked_inserters"] == 1, what="blocked stream")
+        wait_until(lambda: _table(server, "t")["blocked_inserters"] == 1, what="blocked stream")
         time.sleep(0.6)
         m = client.metrics()
         t = m["tables"]["t"]
@@ -153,7 +144,7 @@ def test_remote_writer_and_sampler_blocked_over_grpc(make_server):
         list(client.sample("t", num_samples=3))
         th = _Timed(lambda: list(client.sample("t", num_samples=1, timeout=30)))
         th.start()
-        _wait_for(lambda: _table(server, "t")["blocked_samplers"] == 1, what="remote sampler")
+        wait_until(lambda: _table(server, "t")["blocked_samplers"] == 1, what="remote sampler")
         client.insert(np.float32(9), {"t": 1.0})
         th.join(10)
         assert th.error is None
@@ -216,7 +207,7 @@ def test_checkpoint_duration_size_and_age(tmp_path, make_server):
     client = server.localhost_client()
     client.insert(np.zeros(100, np.float32), {"q": 1.0})
     path = client.checkpoint()
-    time.sleep(0.05)
+    time.sleep(0.05)  # an age to measure (the save itself is done when checkpoint() returns)
     c = server.metrics()["server"]["checkpoint"]
     files = [p for p in __import__("pathlib").Path(path).rglob("*") if p.is_file()]
     assert c["saves"] == 1 and c["failures"] == 0 and c["last_path"] == path
@@ -283,7 +274,7 @@ def test_closing_a_writer_while_its_held_back_items_go_in(make_server, monkeypat
     for i in range(5):  # 3 go in; 2 wait in the writer's thread for the limiter
         w.append({"x": np.float32(i)})
         w.create_item("c", 1.0, {"x": w.history["x"][-1]})
-    _wait_for(lambda: _table(server, "c")["blocked_inserters"] == 1, what="the writer's thread")
+    wait_until(lambda: _table(server, "c")["blocked_inserters"] == 1, what="the writer's thread")
     # close() empties the queue, then waits for the thread, whose insert goes through
     # meanwhile (a sampler makes room 0.1 s later).
     sampler = threading.Timer(0.1, lambda: list(client.sample("c", num_samples=2)))

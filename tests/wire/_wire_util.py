@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import ostinato as reverb
+from _helpers import wait_until  # noqa: F401 - re-exported for the wire tests
 
 SERVICE = "/ostinato.Replay/"
 
@@ -73,24 +74,6 @@ def writing(client: Any, num_keep_alive_refs: int, **kw: Any) -> Any:
             w.close()
         except Exception:  # noqa: BLE001 - the error that matters is already propagating
             pass
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, what: str | Callable[[], str],
-               interval: float = 0.02) -> Any:
-    """Polls ``pred`` until it returns a truthy value; fails the test after ``timeout`` s.
-
-    ``what`` names the condition in the failure message; a callable is called only then, so
-    the message can show the state at the deadline rather than when the wait began.
-    """
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > end:
-            desc = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {desc}")
-        time.sleep(interval)
 
 
 class Child:

@@ -185,7 +185,7 @@ def test_large_rows_go_through_the_ring_byte_exact():
         client = grpc_client(f"localhost:{server.port}")
         steps = _big_steps(300)
         _write(client, steps)
-        svc = server._service
+        svc = server.service
         assert svc.ring_streams >= 1
         assert svc.ring_bytes >= 300 * 64 * 64 * 4  # every obs row went through a ring
         got = _drain(server, "q", 300)
@@ -205,7 +205,7 @@ def test_a_server_that_refuses_rings_gets_the_rows_inline():
         client = grpc_client(f"localhost:{server.port}")
         steps = _big_steps(120, seed=1)
         _write(client, steps)
-        assert server._service.ring_streams == 0
+        assert server.service.ring_streams == 0
         got = _drain(server, "q", 120)  # every item exactly once (the queue would repeat none)
         assert sorted(got) == list(range(120))
         for i, s in enumerate(steps):
@@ -226,7 +226,7 @@ def test_shared_memory_false_and_remote_addresses_never_make_a_ring():
     try:
         client = grpc_client(f"localhost:{server.port}", shared_memory=False)
         _write(client, _big_steps(20))
-        assert server._service.ring_streams == 0
+        assert server.service.ring_streams == 0
         assert len(server.tables_by_name["q"]) == 20
         assert grpc_client("example.invalid:1").transport.use_shm is False
         assert grpc_client("example.invalid:1", shared_memory=True).transport.use_shm is True
@@ -247,7 +247,7 @@ def test_mixed_small_and_large_columns_and_trajectories():
                 w.append(s)
                 if i >= 4:
                     w.create_item("q", 1.0, {"obs": w.history["obs"][-5:], "t": w.history["t"][-5:]})
-        assert server._service.ring_bytes > 0
+        assert server.service.ring_bytes > 0
         c2 = server.localhost_client()
         for s in c2.sample("q", num_samples=56, emit_timesteps=False):
             obs, t = np.asarray(s.data[0]), np.asarray(s.data[1])
@@ -329,7 +329,7 @@ def test_a_client_killed_mid_stream_leaves_no_ring_behind(tmp_path):
         assert proc.stdout.readline().strip() == "writing"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert server._service.ring_streams >= 1
+        assert server.service.ring_streams >= 1
         assert _rings() <= before  # the server unlinked the name when it mapped the ring
         n = len(server.tables_by_name["q"])
         assert n >= 200

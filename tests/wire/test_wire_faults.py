@@ -98,8 +98,9 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         a.wait_line(lambda ln: ln.startswith("FLUSHED") and int(ln.split()[1]) >= 40, 30,
                     "40 flushed items")
         b.wait_line(lambda ln: ln == "FLUSHED 5", 30, "5 flushed items")
-        wait_until(lambda: server._service.active_streams == 2, 60, "both streams open")
-        time.sleep(0.2)  # let B's sixth item reach the server and block there
+        wait_until(lambda: server.service.active_streams == 2, 60, "both streams open")
+        wait_until(lambda: server.metrics()["tables"]["small"]["blocked_inserters"] >= 1, 30,
+                   "B's sixth item to reach the server and block there")
         assert len(server.tables_by_name["small"]) == 5
         confirmed = max(int(ln.split()[1]) for ln in a.lines if ln.startswith("FLUSHED"))
         for w in writers:
@@ -107,7 +108,7 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         for w in writers:
             w.kill()
         # The server notices both dead streams (B's handler was waiting on the rate limiter).
-        wait_until(lambda: server._service.active_streams == 0, 60, "dead streams to end")
+        wait_until(lambda: server.service.active_streams == 0, 60, "dead streams to end")
         busy = len(_rpc_threads())
         assert busy <= 8, f"{busy} rpc threads"
         # No thread this test started stays (threads of earlier tests may end meanwhile).
@@ -178,7 +179,7 @@ def test_in_process_server_stop_wakes_blocked_grpc_clients():
     try:
         blocked = _block_everyone(address)
         writer_child = Child(WRITER, address, "q", 3, 10, 1, 4)
-        wait_until(lambda: server._service.active_streams >= 3, 60, "child writer stream")
+        wait_until(lambda: server.service.active_streams >= 3, 60, "child writer stream")
     finally:
         t0 = time.monotonic()
         server.stop()

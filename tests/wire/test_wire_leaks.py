@@ -143,7 +143,7 @@ def test_abandoned_writers_do_not_pin_server_threads():
             write_one()
         gc.collect()
         limit = _idle_close_seconds() + 3
-        wait_until(lambda: server._service.active_streams == 0, limit, "abandoned streams to end")
+        wait_until(lambda: server.service.active_streams == 0, limit, "abandoned streams to end")
         assert grpc_client(address).server_info(timeout=5)["q"].current_size == 4
         wait_until(lambda: not [t for t in threading.enumerate()
                                 if t.name.startswith("ostinato-insert") and t not in before], 3,
@@ -167,7 +167,7 @@ def test_chunk_store_counts_a_chunk_resent_after_an_idle_close():
                 w.create_item("t", 1.0, {"x": w.history["x"][-1:]})
                 if i == 2:  # the writer pauses mid-chunk; its stream is closed meanwhile
                     w.flush(timeout_ms=5000)
-                    wait_until(lambda: server._service.active_streams == 0,
+                    wait_until(lambda: server.service.active_streams == 0,
                                _idle_close_seconds() + 3, "the idle stream to close")
         from ostinato.core import items as items_lib
 
@@ -213,7 +213,8 @@ def test_sampler_killed_while_waiting_gets_nothing_later():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        time.sleep(0.5)
+        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
+                   "three samplers blocked on the server")
         for ch in children:
             ch.kill()
         time.sleep(1.5)  # > the service's 0.5 s wait slice: the dead calls have noticed
@@ -235,7 +236,8 @@ def test_item_inserted_right_after_a_blocked_sampler_died_is_not_lost():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        time.sleep(0.5)
+        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
+                   "three samplers blocked on the server")
         for ch in children:
             ch.kill()
         time.sleep(0.05)  # the kernel has closed their connections

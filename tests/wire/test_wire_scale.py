@@ -15,6 +15,7 @@ import threading
 import time
 
 import ostinato as reverb
+from _helpers import wait_until
 
 WRITERS_PER_PROCESS = 64
 PROCESSES = 4
@@ -118,9 +119,8 @@ def test_idle_streams_hold_no_thread_and_are_ended():
         client.server_info()
         before = _rpc_threads()
         channel, hold, calls = _raw_streams(server.port, 300)
-        deadline = time.monotonic() + 30
-        while server.service.active_streams < 300 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.service.active_streams >= 300, 30, "300 open streams",
+                   interval=0.05)
         assert server.service.active_streams == 300
         took = []
         for _ in range(3):  # the best of three: the idle streams cost nothing, load may
@@ -130,10 +130,8 @@ def test_idle_streams_hold_no_thread_and_are_ended():
         assert min(took) < 1.0, took
         assert _rpc_threads() <= before + 2  # no thread per stream
         # Streams that send nothing are ended after idle_stream_seconds (OK, not an error).
-        deadline = time.monotonic() + 30
-        while server.service.active_streams and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert server.service.active_streams == 0
+        wait_until(lambda: server.service.active_streams == 0, 30, "idle streams to end",
+                   interval=0.1)
         hold.set()
         channel.close()
     finally:
@@ -146,9 +144,8 @@ def test_streams_past_max_streams_are_refused_at_once():
     server = reverb.Server([reverb.Table.queue("q", 10)], max_streams=5)
     try:
         channel, hold, calls = _raw_streams(server.port, 5)
-        deadline = time.monotonic() + 30
-        while server.service.active_streams < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.service.active_streams >= 5, 30, "5 open streams",
+                   interval=0.05)
         _, hold2, (extra,) = _raw_streams(server.port, 1)
         t0 = time.monotonic()
         try:

@@ -248,11 +248,11 @@ def test_service_insert_mutations_are_atomic(live, msgs):
                 assert b.dtype == np.int32 and b.ndim in (0, 1)
         t.delete(new)
     assert _snapshot(live.server) == before
-    assert live.server._service.active_streams == 0 or _wait_streams(live.server)
+    assert live.server.service.active_streams == 0 or _wait_streams(live.server)
 
 
 def _wait_streams(server, timeout=5.0):
-    return wait_until(lambda: server._service.active_streams == 0, timeout, "streams to end")
+    return wait_until(lambda: server.service.active_streams == 0, timeout, "streams to end")
 
 
 def test_service_keeps_serving_after_fuzzing(live):

@@ -46,6 +46,17 @@ MANIFEST = "manifest.json"
 DIR_RE = re.compile(r"^ckpt-\d{8}T\d{6}\.\d{6}Z-\d{6}$")
 #: Temporary directories of saves in progress (or crashed): ``.tmp-<final name>-<pid>``.
 TMP_RE = re.compile(r"^\.tmp-(ckpt-\d{8}T\d{6}\.\d{6}Z-\d{6})-(\d+)$")
+#: Codecs of chunk columns: stored as is, or zstd-compressed.
+RAW, ZSTD = 0, 1
+
+
+def zstd_module() -> Any:
+    """The ``zstandard`` module, or ``CheckpointError`` if it is not installed."""
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise CheckpointError("compression='zstd' needs the 'zstandard' package") from None
+    return zstandard
 
 
 def fsync_dir(path: str) -> None:

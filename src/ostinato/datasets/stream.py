@@ -22,15 +22,17 @@ Guarantees:
   timeouts before the stream ends.
 * **Errors** (server gone, data that does not fit the requested specs) are raised to the
   consumer after the items fetched before them have been delivered.
+
+Decoding a request's items into a :class:`~ostinato.datasets.pieces.Piece` and cutting pieces
+into batches is :mod:`ostinato.datasets.pieces`'s.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -38,11 +40,11 @@ import optree
 
 from ostinato import errors
 from ostinato.client import Client
-from ostinato.core.assemble import ALIGNMENT, empty_aligned, gather, item_columns, stack_batch
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.signature import signature_structure
 from ostinato.datasets.options import StreamOptions
+from ostinato.datasets.pieces import Piece, decode, take_rows
 from ostinato.replay_sample import ReplaySample, SampleInfo
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
@@ -53,50 +55,6 @@ _TIMED_OUT = object()
 NOT_READY: Any = object()
 
 
-@dataclasses.dataclass
-class Piece:
-    """What one request returned, decoded: ``rows`` items (or timesteps).
-
-    Attributes:
-      info: :class:`SampleInfo` of arrays, one entry per row.
-      columns: one stacked array per column (rows first), or None if the rows have
-        different shapes, in which case ``row_data`` holds each row's list of columns.
-      num_samples: items this piece took from the table (rows are timesteps when the
-        stream emits timesteps).
-      item_rows: rows of each item when the rows are timesteps (None: one row per item).
-    """
-
-    info: SampleInfo
-    columns: list[np.ndarray] | None
-    row_data: list[list[np.ndarray]] | None
-    num_samples: int
-    item_rows: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.info.key)
-
-    def split(self, max_items: int) -> list[Piece]:
-        """This piece cut into pieces of at most ``max_items`` items each (views, in order)."""
-        n = self.num_samples
-        if n <= max_items:
-            return [self]
-        if self.item_rows is None:
-            ends = np.arange(max_items, n, max_items)
-        else:
-            ends = np.cumsum(self.item_rows)[max_items - 1:n - 1:max_items]
-        bounds = [0, *(int(e) for e in ends), len(self)]
-        counts = [min(max_items, n - i) for i in range(0, n, max_items)]
-        parts = []
-        for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            rows = None if self.item_rows is None else \
-                self.item_rows[k * max_items:k * max_items + counts[k]]
-            parts.append(Piece(
-                SampleInfo(*(a[lo:hi] for a in self.info)),
-                None if self.columns is None else [c[lo:hi] for c in self.columns],
-                None if self.row_data is None else self.row_data[lo:hi], counts[k], rows))
-        return parts
-
-
 def as_client(client_or_address: Client | str) -> Client:
     """Returns a :class:`Client` for a client or a ``host:port`` address."""
     if isinstance(client_or_address, Client):
@@ -105,16 +63,6 @@ def as_client(client_or_address: Client | str) -> Client:
         return Client(client_or_address)
     raise ValueError(
         f"server_address ({client_or_address!r}) must be 'host:port' or an ostinato.Client")
-
-
-def _writable(a: np.ndarray) -> np.ndarray:
-    # Columns decoded straight from a network buffer are read-only (and unaligned); hand out
-    # arrays that behave the same whatever the transport.
-    if a.flags.writeable and a.ctypes.data % ALIGNMENT == 0:
-        return a
-    out = empty_aligned(a.shape, a.dtype)
-    out[...] = a
-    return out
 
 
 class SampleStream:
@@ -343,7 +291,7 @@ class SampleStream:
                     continue
                 assert isinstance(batch, SampleBatch)
                 try:
-                    piece = self._decode(batch)
+                    piece = decode(batch, self.emit_timesteps)
                     if self._validate is not None:
                         self._validate(piece)
                 except BaseException:
@@ -359,23 +307,6 @@ class SampleStream:
             with self._cond:
                 self._live -= 1
                 self._cond.notify_all()
-
-    # -- decoding -----------------------------------------------------------------------------
-    def _decode(self, batch: SampleBatch) -> Piece:
-        n = len(batch)
-        info = SampleInfo(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
-                          batch.times_sampled)
-        if self.emit_timesteps:
-            return _timestep_piece(batch, info)
-        rows = None
-        try:
-            cols = stack_batch(batch)  # gathers alike items at once, stacks the others
-        except ValueError:  # items of different shapes: keep them one by one
-            cols = None
-            rows = [item_columns(t, s) for t, s in zip(batch.trajectories, batch.squeeze)]
-        if cols is not None:
-            cols = [_writable(c) for c in cols]
-        return Piece(info, cols, rows, n)
 
     # -- consumer -----------------------------------------------------------------------------
     def next_piece(self, timeout: float | None = None) -> Piece | None:
@@ -491,87 +422,8 @@ class SampleStream:
                         raise failure
                     return
                 take = min(batch_size, buffered)
-                info, cols = _take(pending, take)
+                info, cols = take_rows(pending, take)
                 buffered -= take
                 yield ReplaySample(info, cols if flat else self.unflatten(cols))
         finally:
             self.close()
-
-
-def _take(pending: collections.deque[list[Any]], take: int) -> tuple[SampleInfo, list[np.ndarray]]:
-    """Removes ``take`` rows from the front of ``pending`` (views when one piece has them)."""
-    piece, start = pending[0]
-    if len(piece) - start >= take:
-        end = start + take
-        if start == 0 and end == len(piece):
-            pending.popleft()
-            return piece.info, piece.columns
-        pending[0][1] = end
-        if end == len(piece):
-            pending.popleft()
-        return (SampleInfo(*(a[start:end] for a in piece.info)),
-                [c[start:end] for c in piece.columns])
-    infos: list[Sequence[np.ndarray]] = []
-    parts: list[list[np.ndarray]] = []
-    need = take
-    while need:
-        piece, start = pending[0]
-        k = min(need, len(piece) - start)
-        infos.append([a[start:start + k] for a in piece.info])
-        parts.append([c[start:start + k] for c in piece.columns])
-        need -= k
-        if start + k == len(piece):
-            pending.popleft()
-        else:
-            pending[0][1] = start + k
-    info = SampleInfo(*(np.concatenate(f) for f in zip(*infos)))
-    try:
-        cols = [_concatenate(c) for c in zip(*parts)]
-    except ValueError as e:
-        raise ValueError(f"sampled items cannot be stacked into one batch: {e}") from None
-    return info, cols
-
-
-def _concatenate(parts: Sequence[np.ndarray]) -> np.ndarray:
-    first = parts[0]
-    if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in parts):
-        raise ValueError(f"rows of shapes {sorted({p.shape[1:] for p in parts})} and dtypes "
-                         f"{sorted({str(p.dtype) for p in parts})}")
-    out = empty_aligned((sum(len(p) for p in parts), *first.shape[1:]), first.dtype)
-    return np.concatenate(parts, out=out)
-
-
-def _decompose_error() -> errors.InvalidArgumentError:
-    return errors.InvalidArgumentError("Sampled trajectory cannot be decomposed into timesteps.")
-
-
-def _timestep_piece(batch: SampleBatch, info: SampleInfo) -> Piece:
-    """One row per timestep: every column of an item must have the same number of steps."""
-    n = len(batch)
-    full = gather(batch, unsqueeze=True)
-    if full is not None:
-        lengths = {c.shape[1] for c in full}
-        if len(lengths) > 1:
-            raise _decompose_error()
-        t = lengths.pop() if lengths else 1
-        out = [_writable(c.reshape(n * t, *c.shape[2:])) for c in full]
-        return Piece(SampleInfo(*(np.repeat(a, t) for a in info)), out, None, n,
-                     np.full(n, t, np.int64))
-    # Items of different lengths or shapes: decompose each item, then stack the steps.
-    per_item = []
-    steps = []
-    for packed, sq in zip(batch.trajectories, batch.squeeze):
-        cols = item_columns(packed, (False,) * len(sq))
-        lengths = {len(c) for c in cols}
-        if len(lengths) > 1:
-            raise _decompose_error()
-        per_item.append(cols)
-        steps.append(lengths.pop() if lengths else 1)
-    rep = np.asarray(steps, dtype=np.int64)
-    new_info = SampleInfo(*(np.repeat(a, rep) for a in info))
-    try:
-        out = [_concatenate(c) for c in zip(*per_item)]
-        return Piece(new_info, out, None, n, rep)
-    except ValueError:
-        rows = [[c[i] for c in cols] for cols, k in zip(per_item, steps) for i in range(k)]
-        return Piece(new_info, None, rows, n, rep)

@@ -3,8 +3,9 @@
 Every payload is one msgpack map (:func:`~ostinato.wire.codec.pack`); row data travels as
 segments (:mod:`ostinato.wire.codec`). Clients build requests and read replies with the
 functions here, the service reads requests and builds replies with them, so a field name is
-written in this module only. Readers validate every field and raise
-:class:`~ostinato.errors.DecodeError` on anything malformed.
+written in this module only (but for the table info of ``ServerInfo`` replies, in
+:mod:`ostinato.wire.table_info_codec`, whose functions are re-exported here). Readers validate
+every field and raise :class:`~ostinato.errors.DecodeError` on anything malformed.
 
 =============  ==========================================  =====================================
 method         request                                     reply
@@ -42,19 +43,19 @@ import numpy as np
 
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, chunk_row_bytes
-from ostinato.core.signature import signature_from_data, signature_to_data
 from ostinato.core.specs import dtype_from_str, dtype_to_str
 from ostinato.core.table_info import (
-    HeapOptions,
-    KeyDistributionOptions,
-    PrioritizedOptions,
-    RateLimiterCallStats,
-    RateLimiterInfo,
     TableInfo,
 )
 from ostinato.errors import DecodeError
 from ostinato.wire import codec
 from ostinato.wire.rows import SegmentedRows
+from ostinato.wire.table_info_codec import (  # noqa: F401 - re-exported
+    decode_options,
+    decode_table_info,
+    encode_options,
+    encode_table_info,
+)
 
 SERVICE = "ostinato.Replay"
 UNARY_METHODS = ("Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint", "Stats")
@@ -392,62 +393,6 @@ def parse_server_info_reply(msg: Any) -> list[TableInfo]:
     if not isinstance(tables, list):
         raise DecodeError("server info must hold a list of tables")
     return [decode_table_info(m) for m in tables]
-
-
-def encode_options(o: KeyDistributionOptions) -> dict:
-    return {"which": o.WhichOneof("distribution"),
-            "exp": o.prioritized.priority_exponent if o.prioritized else None,
-            "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
-
-
-def decode_options(m: Any) -> KeyDistributionOptions:
-    if not isinstance(m, dict):
-        raise DecodeError("bad selector options")
-    which = m.get("which")
-    if which == "prioritized":
-        exp = m.get("exp")
-        if not isinstance(exp, (int, float)) or isinstance(exp, bool):
-            raise DecodeError("bad priority exponent")
-        return KeyDistributionOptions(prioritized=PrioritizedOptions(float(exp)))
-    if which == "heap":
-        return KeyDistributionOptions(heap=HeapOptions(bool(m.get("min_heap"))),
-                                      is_deterministic=True)
-    if which in ("fifo", "lifo", "uniform"):
-        return KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
-    raise DecodeError(f"unknown selector {which!r}")
-
-
-def encode_table_info(i: TableInfo) -> dict:
-    r = i.rate_limiter_info
-    return {
-        "name": i.name, "sampler": encode_options(i.sampler_options),
-        "remover": encode_options(i.remover_options), "max_size": i.max_size,
-        "max_times_sampled": i.max_times_sampled,
-        "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
-               r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
-        "signature": signature_to_data(i.signature), "current_size": i.current_size,
-        "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
-        "num_unique_samples": i.num_unique_samples,
-    }
-
-
-def decode_table_info(m: dict) -> TableInfo:
-    try:
-        rl = m["rl"]
-        return TableInfo(
-            name=m["name"], sampler_options=decode_options(m["sampler"]),
-            remover_options=decode_options(m["remover"]), max_size=m["max_size"],
-            max_times_sampled=m["max_times_sampled"],
-            rate_limiter_info=RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
-                                              RateLimiterCallStats(rl[4]),
-                                              RateLimiterCallStats(rl[5]), rl[6]),
-            signature=signature_from_data(m["signature"]), current_size=m["current_size"],
-            num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
-            num_unique_samples=m["num_unique_samples"])
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(e, DecodeError):
-            raise
-        raise DecodeError(f"bad table info: {e}") from None
 
 
 # -- Insert ----------------------------------------------------------------------------------------

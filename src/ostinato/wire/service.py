@@ -24,14 +24,17 @@ Past ``max_streams`` open Insert streams a new one is refused at once with
 A malformed request gets ``INVALID_ARGUMENT`` and changes nothing; other clients are not
 affected. Calls that wait on a rate limiter wait in short slices and give up when the client
 goes away, so a dead client never pins a server thread.
+
+Per-call bookkeeping is in :mod:`ostinato.wire.calls`, the event loop's thread in
+:mod:`ostinato.wire.grpc_server`; ``RequestStats``, ``Gone``, ``GrpcServer`` and ``serve``
+are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -41,6 +44,8 @@ from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol
+from ostinato.wire.calls import Gone, RequestStats
+from ostinato.wire.grpc_server import GrpcServer, serve
 from ostinato.wire.inserts import WAIT_SLICE, InsertSession, StreamStats
 from ostinato.wire.status import abort_shm_refused, abort_with, code_for
 
@@ -53,44 +58,6 @@ SAMPLE_LINGER_SECONDS = 0.005
 _DONE: Any = object()
 
 
-class RequestStats:
-    """Requests served, by method and status, and bytes received and sent, by method.
-
-    An Insert stream counts each request message (``OK`` once its items are stored, else the
-    status that ended the stream on it) and each acknowledgement's bytes.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: dict[tuple[str, str], int] = {}
-        self._received: dict[str, int] = {}
-        self._sent: dict[str, int] = {}
-
-    def record(self, method: str, status: str | None, received: int, sent: int) -> None:
-        """One request of ``method`` ended with ``status`` (None: not counted as a request,
-        bytes only)."""
-        with self._lock:
-            if status is not None:
-                key = (method, status)
-                self._calls[key] = self._calls.get(key, 0) + 1
-            if received:
-                self._received[method] = self._received.get(method, 0) + received
-            if sent:
-                self._sent[method] = self._sent.get(method, 0) + sent
-
-    def snapshot(self) -> dict[str, Any]:
-        """``{"requests": {method: {status: n}}, "received_bytes": {method: n},
-        "sent_bytes": {method: n}}``."""
-        with self._lock:
-            calls = dict(self._calls)
-            received, sent = dict(self._received), dict(self._sent)
-        by_method: dict[str, dict[str, int]] = {}
-        for (method, status), n in sorted(calls.items()):
-            by_method.setdefault(method, {})[status] = n
-        return {"requests": by_method, "received_bytes": received, "sent_bytes": sent}
-
-
-#: Open Insert streams a server accepts before it answers RESOURCE_EXHAUSTED.
 DEFAULT_MAX_STREAMS = 4096
 #: Seconds an Insert stream may wait for its next request before the server ends it.
 DEFAULT_IDLE_STREAM_SECONDS = 300.0
@@ -102,36 +69,6 @@ CONTROL_THREADS = 2
 DATA_THREADS = 8
 #: Most threads answering Sample calls at once (and waiting for their rate limiters).
 SAMPLE_THREADS = 16
-
-
-class Gone:
-    """Set (on the event loop) when a call ends or its client leaves; read from the pools."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._hooks: list[Callable[[], Any]] = []
-        self._lock = threading.Lock()
-
-    def set(self, *_: Any) -> None:
-        with self._lock:
-            self._event.set()
-            hooks, self._hooks = self._hooks, []
-        for hook in hooks:
-            hook()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def active(self) -> bool:
-        return not self._event.is_set()
-
-    def on_set(self, hook: Callable[[], Any]) -> None:
-        """Calls ``hook`` when set (at once if it already is)."""
-        with self._lock:
-            if not self._event.is_set():
-                self._hooks.append(hook)
-                return
-        hook()
 
 
 class ReplayService:
@@ -466,48 +403,6 @@ def _raise_if_bad_tls(tls: Any) -> None:
         raise ValueError(f"tls: {problem}")
 
 
-class GrpcServer:
-    """A ``grpc.aio`` server on an event loop in a thread of its own.
-
-    Args:
-      loop: The loop (running in ``thread``).
-      thread: The loop's thread.
-      server: The ``grpc.aio.Server``.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread,
-                 server: Any) -> None:
-        self.loop, self.thread, self.server = loop, thread, server
-
-    def stop(self, grace: float = 1.0, timeout: float = 3.0) -> None:
-        """Stops serving (calls in flight get ``grace`` seconds), then the loop. Idempotent."""
-        if self.loop.is_closed():
-            return
-        async def shutdown() -> None:
-            await self.server.stop(grace)
-            me = asyncio.current_task()
-            rest = [t for t in asyncio.all_tasks() if t is not me]
-            for t in rest:  # the idle sweeper, and any handler still unwinding
-                t.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
-
-        if self.loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
-            try:
-                fut.result(timeout)
-            except (futures.TimeoutError, RuntimeError):
-                pass
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout)
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()
-
 
 def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
                       tls: Any, max_message_bytes: int, max_workers: int,
@@ -546,52 +441,3 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
         _raise_if_bad_tls(tls)
         raise ValueError(f"port ({port}) is already in use or cannot be bound on {host}")
     return grpc_server, bound, service
-
-
-def serve(handlers: list[grpc.GenericRpcHandler], target: str, *,
-          options: list[tuple[str, Any]] | None = None, tls: Any = None,
-          on_start: Callable[[asyncio.AbstractEventLoop], Any] | None = None,
-          registered: tuple[str, dict[str, grpc.RpcMethodHandler]] | None = None,
-          ) -> tuple[GrpcServer, int]:
-    """Serves ``handlers`` (async handlers, as :class:`ReplayService` makes) with a
-    ``grpc.aio`` server on an event loop in a new thread.
-
-    ``registered`` (service name, handlers by method) are also registered with the server
-    where gRPC supports it (grpcio >= 1.63): each registered method then has its own queue of
-    calls waiting to be accepted, so a burst of new Insert streams (hundreds of actors
-    starting at once) does not delay a ``ServerInfo`` or ``Sample`` call. gRPC's event-loop
-    server accepts one call per method at a time, a few loop turns each; with generic
-    handlers alone every method shares that one queue.
-
-    Returns:
-      ``(server, bound port)``; the port is 0 (and nothing serves) when it could not be bound.
-
-    Raises:
-      ValueError: If gRPC refuses the address.
-    """
-
-    async def setup() -> tuple[Any, int]:
-        gs = grpc.aio.server(options=options or [], maximum_concurrent_rpcs=None)
-        gs.add_generic_rpc_handlers(tuple(handlers))
-        if registered is not None and hasattr(gs, "add_registered_method_handlers"):
-            gs.add_registered_method_handlers(*registered)
-        if tls is not None:
-            creds = grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)])
-            bound = gs.add_secure_port(target, creds)
-        else:
-            bound = gs.add_insecure_port(target)
-        if bound:
-            await gs.start()
-            if on_start is not None:
-                on_start(asyncio.get_running_loop())
-        return gs, bound
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=_serve, args=(loop,), name="ostinato-rpc-loop", daemon=True)
-    thread.start()
-    try:
-        gs, bound = asyncio.run_coroutine_threadsafe(setup(), loop).result(30)
-    except RuntimeError as e:
-        loop.call_soon_threadsafe(loop.stop)
-        raise ValueError(str(e)) from None
-    return GrpcServer(loop, thread, gs), bound

@@ -4,7 +4,7 @@ Three parts, each with one job:
 
 * :class:`Outbox` -- the writer's one queue: items waiting to be sent, requests in flight and
   how many of their items the server confirmed (the count ``flush`` waits on and the bound
-  ``max_pending`` applies to).
+  ``max_pending`` applies to); in :mod:`ostinato.wire.outbox`, re-exported here.
 * :class:`RequestEncoder` -- turns a batch of items into one request, sending every row once per
   connection (inline, zstd where it pays, or through a shared-memory ring on this host).
 * :class:`GrpcWriterStream` -- the :class:`~ostinato.writers.delivery.WriterStream` itself: the
@@ -19,7 +19,6 @@ import logging
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from ostinato.core.items import chunk_refs
 from ostinato.core.stats import CLIENT
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
+from ostinato.wire.outbox import MAX_REQUEST_ITEMS, Entry, Outbox  # noqa: F401 - re-exported
 from ostinato.wire.status import TLSMismatchError, shm_refusal
 
 _log = logging.getLogger(__name__)
@@ -40,87 +40,10 @@ _log = logging.getLogger(__name__)
 IDLE_CLOSE_SECONDS = 2.0
 #: A request is cut when the rows it carries reach this many bytes (without shared memory).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-#: Most items in one request.
-MAX_REQUEST_ITEMS = 4096
-
-Entry = tuple[str, tuple[Any, ...]]  # (table, item)
 
 
 class _RingRefused(errors.ReverbError):
     """The server would not map a writer's ring; its items are resent with inline rows."""
-
-
-class Outbox:
-    """Items of one writer not yet confirmed by the server; every method is called with the
-    stream's lock held."""
-
-    def __init__(self, stats: Any = None) -> None:
-        self.queue: deque[Entry] = deque()  # not sent yet
-        self.in_flight: deque[list[Entry]] = deque()  # one batch per request awaiting its ack
-        self.ring_cost: deque[int] = deque()  # ring bytes each request in flight holds
-        self.sent_at: deque[tuple[float, int]] = deque()  # per request: (when sent, items)
-        self._stats = stats  # ostinato.core.stats target: confirmation latency per request
-        self.n_in_flight = 0
-        self.n_encoding = 0  # items of the batch being encoded into a request
-        self.retry_keys: set[int] = set()  # keys of items resent after a broken connection
-
-    def pending(self) -> int:
-        # Items being encoded count too: a flush must not see them as confirmed.
-        return len(self.queue) + self.n_encoding + self.n_in_flight
-
-    def take(self) -> list[Entry]:
-        """The next batch to encode (everything queued, up to :data:`MAX_REQUEST_ITEMS`)."""
-        q = self.queue
-        batch = [q.popleft() for _ in range(min(len(q), MAX_REQUEST_ITEMS))]
-        self.n_encoding = len(batch)
-        return batch
-
-    def sent(self, batch: list[Entry], ring_cost: int) -> None:
-        self.n_encoding = 0
-        self.in_flight.append(batch)
-        self.ring_cost.append(ring_cost)
-        self.sent_at.append((time.monotonic(), len(batch)))
-        self.n_in_flight += len(batch)
-
-    def unsent(self, batch: list[Entry]) -> None:
-        """Puts a batch (or its tail) back at the front of the queue."""
-        self.n_encoding = 0
-        self.queue.extendleft(reversed(batch))
-
-    def acked(self, n: int) -> int:
-        """The server confirmed ``n`` more items (in order); returns the ring bytes of the
-        requests now fully confirmed."""
-        freed = 0
-        while n > 0 and self.in_flight:
-            b = self.in_flight[0]
-            if len(b) <= n:
-                self.in_flight.popleft()
-                freed += self.ring_cost.popleft() if self.ring_cost else 0
-                n -= len(b)
-                self.n_in_flight -= len(b)
-                if self.sent_at:
-                    at, size = self.sent_at.popleft()
-                    if self._stats is not None:
-                        self._stats.confirmed(time.monotonic() - at, size)
-            else:
-                del b[:n]
-                self.n_in_flight -= n
-                n = 0
-        return freed
-
-    def requeue_in_flight(self) -> None:
-        """Puts the unconfirmed items back in front of the queue, to be resent (with all their
-        rows) on the next call; the server skips those it stored before the break."""
-        for batch in reversed(self.in_flight):
-            self.retry_keys.update(it[1][0] for it in batch)
-            self.queue.extendleft(reversed(batch))
-        self.in_flight.clear()
-        self.ring_cost.clear()
-        self.sent_at.clear()
-        self.n_in_flight = 0
-
-    def queued_chunk_keys(self) -> set[int]:
-        return {c.key for _, (_, _, packed, _) in self.queue for c in chunk_refs(packed)}
 
 
 class RequestEncoder:

@@ -10,11 +10,13 @@ import time
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
-
-import ostinato as reverb  # noqa: E402
-from ostinato import cli, errors  # noqa: E402
-from ostinato.ray import ShardGroup, start_shards  # noqa: E402
+# "ray.actor", not "ray": without Ray installed, "ray" would find this directory (tests/ray).
+pytest.importorskip("ray.actor")
+import ostinato as reverb
+import ray
+from _helpers import wait_until
+from ostinato import cli, errors
+from ostinato.ray import ShardGroup, start_shards
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(reverb.__file__)))
@@ -35,8 +37,10 @@ def make_tables():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    # Workers import this module (the remote functions below) and this tree's ostinato.
-    path = os.pathsep.join(p for p in (HERE, SRC, os.environ.get("PYTHONPATH")) if p)
+    # Workers import this module (the remote functions below), the shared test helpers it
+    # imports (tests/_helpers.py) and this tree's ostinato.
+    path = os.pathsep.join(p for p in (HERE, os.path.dirname(HERE), SRC,
+                                       os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
@@ -214,10 +218,8 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_clients_carry_on(ray_cl
 
         thread = threading.Thread(target=learn, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 30
-        while learner.server_info(timeout=10)["audit"].current_size < 200:
-            assert time.monotonic() < deadline, "writers did not get going"
-            time.sleep(0.05)
+        wait_until(lambda: learner.server_info(timeout=10)["audit"].current_size >= 200, 30,
+                   "the writers to get going", interval=0.05)
 
         t_ckpt = time.time()  # everything confirmed before this must survive
         ckpt_path = ray.get(group.actors[0].checkpoint.remote(), timeout=30)

@@ -1,0 +1,90 @@
+"""The base class of item selectors and the array helpers they share.
+
+Selectors see table *slots* (small dense integers the table assigns to items) and priorities;
+they are not thread-safe, the owning table calls them under its lock.
+"""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+
+from ostinato.core.table_info import KeyDistributionOptions
+
+_MINUS_ONES = array.array("q", [-1]) * 1024
+
+#: Largest accepted sampling weight (``priority ** priority_exponent``). Keeping weights below
+#: this bound keeps the sum of up to ~1e8 items finite, so sampling stays proportional.
+MAX_WEIGHT = 1e300
+
+
+def _grow(arr: np.ndarray, need: int, fill: int = -1) -> np.ndarray:
+    n = len(arr)
+    if need <= n:
+        return arr
+    new = np.full(max(need, 2 * n, 64), fill, dtype=arr.dtype)
+    new[:n] = arr
+    return new
+
+
+class ItemSelector:
+    """Base class of all selectors (Reverb's ``pybind.ItemSelector``)."""
+
+    #: True when ``sample`` always returns the same item until the selector changes.
+    deterministic: bool = False
+
+    def validate_priority(self, priority: float) -> None:
+        """Raises ``ValueError`` if the priority is not acceptable to this selector."""
+
+    def validate_priorities(self, priorities: np.ndarray) -> None:
+        """Vectorised :meth:`validate_priority`."""
+
+    def insert(self, slot: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def update(self, slot: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        for s, p in zip(slots.tolist(), priorities.tolist()):
+            self.update(s, p)
+
+    def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Inserts new (distinct, absent) slots in the given order: the same state as calling
+        :meth:`insert` for each in turn, built vectorised where the selector can (a table being
+        restored from a checkpoint)."""
+        for s, p in zip(np.asarray(slots).tolist(), np.asarray(priorities).tolist()):
+            self.insert(s, p)
+
+    def delete(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator) -> tuple[int, float]:
+        raise NotImplementedError
+
+    def sample_many(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """k independent samples (with replacement) as (slots, probabilities)."""
+        slot, p = self.sample(rng)
+        return np.full(k, slot, dtype=np.int64), np.full(k, p, dtype=np.float64)
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def options(self) -> KeyDistributionOptions:
+        raise NotImplementedError
+
+    def clone(self) -> ItemSelector:
+        """A new, empty selector with the same configuration."""
+        raise NotImplementedError
+
+    def num_items(self) -> int:
+        """How many items the selector holds."""
+        raise NotImplementedError
+
+    def __bool__(self) -> bool:
+        # A selector is configuration as far as users are concerned: ``sampler or Fifo()``
+        # must keep the caller's selector whatever it holds (Reverb's selectors are truthy).
+        return True
+
+

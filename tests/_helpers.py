@@ -1,0 +1,28 @@
+"""Helpers shared by the test suites (importable from every test: ``tests/`` is on the path,
+as for :mod:`server_process`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0,
+               what: str | Callable[[], str] = "the condition", interval: float = 0.02) -> Any:
+    """Polls ``predicate`` until it returns a truthy value, which is returned; fails the test
+    (``AssertionError``) once ``timeout`` seconds have passed.
+
+    Use it, not a fixed ``time.sleep``, to wait for another thread or process to reach a
+    state. ``what`` names the condition in the failure message; a callable is called only
+    then, so the message can show the state at the deadline rather than when the wait began.
+    """
+    end = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() > end:
+            desc = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {desc}")
+        time.sleep(interval)
