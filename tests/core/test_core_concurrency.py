@@ -416,3 +416,35 @@ def test_lingering_sampler_never_returns_an_empty_batch(frequent_thread_switches
         th.join(JOIN_TIMEOUT)
     assert not errs, errs
     assert sorted(got) == list(range(1, 601))
+
+
+def test_insert_waiting_for_the_limiter_stores_nothing_once_cancelled():
+    # A writer that goes away while its item waits for room must not have the item stored
+    # later, when room appears (the server passes the stream's "client gone" flag).
+    table = _queue(2)
+    table.insert_many([_chunk_item(1, 1.0), _chunk_item(2, 1.0)])
+    gone = threading.Event()
+    out: dict = {}
+
+    def insert() -> None:
+        try:
+            table.insert_many([_chunk_item(3, 1.0)], Deadline.after(30), cancelled=gone.is_set)
+        except errors.CancelledError as e:
+            out["error"] = e
+
+    t = threading.Thread(target=insert)
+    t.start()
+    deadline = time.monotonic() + 10
+    while table.wait_stats().blocked_inserters < 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gone.set()
+    table.sample(1, timeout=1)  # makes room: the waiter wakes, sees the flag, stores nothing
+    t.join(10)
+    assert not t.is_alive()
+    assert isinstance(out.get("error"), errors.CancelledError), out
+    assert out["error"].inserted == []
+    assert sorted(table.keys()) == [2]
+    # Without the flag set the same wait stores the item once room appears.
+    table.insert_many([_chunk_item(4, 1.0)], Deadline.after(1), cancelled=lambda: False)
+    assert sorted(table.keys()) == [2, 4]

@@ -13,7 +13,7 @@ batch operations work on them vectorised); checkpoints go through
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -266,12 +266,19 @@ class Table(TableContents):
         return done
 
     def insert_many(self, items: Sequence[Item], deadline: Deadline | None = None,
-                    assign: bool = False) -> list[int]:
+                    assign: bool = False, cancelled: Callable[[], bool] | None = None,
+                    ) -> list[int]:
         """Inserts items in order, waiting for the rate limiter between them.
+
+        ``cancelled`` (optional) is checked whenever a wait for the rate limiter wakes: once
+        it returns True nothing more is stored (a writer that went away while its item waited
+        must not have that item stored later).
 
         Raises:
           RateLimiterTimeout: the deadline passed; the items before the one that waited are
             stored, the rest are not (``len(err.inserted)`` tells how many).
+          CancelledError: ``cancelled()`` became true during a wait; ``err.inserted`` as for
+            a timeout.
           InvalidArgumentError: a priority is NaN, or negative or too large on a Prioritized
             table; nothing was stored.
         """
@@ -285,8 +292,22 @@ class Table(TableContents):
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
                     gate.notify_all()  # lingering samplers too: take what is there
-                    gate.wait(lambda: lim.can_insert(1), deadline, "insert",
-                              self._describe_limiter, keys)
+                    if cancelled is None:
+                        gate.wait(lambda: lim.can_insert(1), deadline, "insert",
+                                  self._describe_limiter, keys)
+                    else:
+                        gate.wait(lambda: cancelled() or lim.can_insert(1), deadline,
+                                  "insert", self._describe_limiter, keys)
+                        gate.check_open()  # a closed table says so, as without cancelled
+                        if cancelled():
+                            if keys:
+                                gate.notify_inserted(self._allowed_locked,
+                                                     self._inserts_blocked)
+                            err = errors.CancelledError(
+                                f"insert into table {self._name!r} was cancelled by its "
+                                "caller while waiting for the rate limiter")
+                            err.inserted = list(keys)  # type: ignore[attr-defined]
+                            raise err
                 keys.append(self._insert_locked(key, priority, traj, squeeze, assign))
             gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return keys

@@ -214,6 +214,9 @@ class InsertSession:
         return work
 
     def _store(self, work: list[tuple[Any, Any]], is_active: Callable[[], bool]) -> Iterator[int | None]:
+        def gone() -> bool:
+            return not is_active()
+
         n = acked = 0
         i = 0
         while i < len(work):
@@ -229,9 +232,19 @@ class InsertSession:
             wait = 0.0  # first without waiting: what is admitted now is acked before we wait
             while rest:
                 try:
-                    table.insert_many(rest, Deadline.after(wait), assign=False)
+                    table.insert_many(rest, Deadline.after(wait), assign=False,
+                                      cancelled=gone)
                     n += len(rest)
                     rest = []
+                except errors.CancelledError as e:
+                    if is_active():  # the table closed (the server is stopping): say so
+                        raise
+                    # The writer left while an item waited: nothing more of it is stored.
+                    n += len(getattr(e, "inserted", ()))
+                    if n > acked:
+                        yield n - acked
+                    yield None
+                    return
                 except errors.RateLimiterTimeout as e:
                     done = len(getattr(e, "inserted", ()))
                     n += done
