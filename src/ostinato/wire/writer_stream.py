@@ -7,7 +7,7 @@ Three parts, each with one job:
   ``max_pending`` applies to).
 * :class:`RequestEncoder` -- turns a batch of items into one request, sending every row once per
   connection (inline, zstd where it pays, or through a shared-memory ring on this host).
-* :class:`GrpcWriterStream` -- the :class:`~ostinato.writers.delivery.WriterStream` itself: the
+* :class:`GrpcWriterStream` -- the :class:`~ostinato.transport.streams.WriterStream` itself: the
   gRPC call, its two threads (gRPC's, which pulls requests as the call can take them, and ours,
   which reads acknowledgements), reconnection with backoff and the resending of unconfirmed
   items.

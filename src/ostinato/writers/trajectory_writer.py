@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optree
@@ -17,6 +17,9 @@ from ostinato.core.signature import check_columns
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.packing import pack_columns
+
+if TYPE_CHECKING:
+    from ostinato.transport.base import Transport
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class TrajectoryWriter:
     Obtain one with ``client.trajectory_writer(num_keep_alive_refs)``. Not thread-safe: use one
     writer per thread.
 
-    Items are handed to the writer's stream (:mod:`ostinato.writers.delivery`) as soon as they
+    Items are handed to the writer's stream (:mod:`ostinato.transport.streams`) as soon as they
     are created and delivered in order; at most ``max_pending_items`` may wait for their tables
     (rate limiters, the network), after which ``create_item`` blocks.
 
@@ -62,7 +65,7 @@ class TrajectoryWriter:
       ...             w.create_item("replay", 1.0, {"obs": w.history["obs"][-3:]})
     """
 
-    def __init__(self, transport: Any, num_keep_alive_refs: int, *, validate_items: bool = True,
+    def __init__(self, transport: Transport, num_keep_alive_refs: int, *, validate_items: bool = True,
                  max_chunk_length: int | None = None, max_pending_items: int | None = None,
                  signature_timeout_ms: int | None = None):
         if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
