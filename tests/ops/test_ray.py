@@ -13,7 +13,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import ostinato as reverb  # noqa: E402
-from ostinato import cli, errors  # noqa: E402
+from ostinato import errors  # noqa: E402
+from ostinato import server_cli as cli  # noqa: E402
 from ostinato.ray import ShardGroup, start_shards  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -18,7 +18,7 @@ from _ops_util import Tmux, serve_without_stats
 from rich.console import Console
 
 import ostinato as reverb
-from ostinato.ops import cli
+from ostinato.ops import ostinato_cli as cli
 from ostinato.ops.top import TopModel, fmt_bytes, fmt_count, fmt_rate, fmt_seconds, fmt_short
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,6 +238,6 @@ def test_token_and_tls_options_reach_the_server(make_server, tmp_path):
 
 def test_the_console_script_is_declared():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'ostinato = "ostinato.ops.cli:main"' in text
+    assert 'ostinato = "ostinato.ops.ostinato_cli:main"' in text
     assert callable(cli.main)
     assert 'metrics = ["prometheus-client' in text

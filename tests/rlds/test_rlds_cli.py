@@ -16,7 +16,7 @@ pytest.importorskip("jax")  # Minari's DataCollector needs it
 from minari_fixtures import collect  # noqa: E402
 
 import ostinato as reverb  # noqa: E402
-from ostinato.rlds import cli  # noqa: E402
+from ostinato.rlds import ingest_cli as cli  # noqa: E402
 
 
 @pytest.fixture(scope="module")

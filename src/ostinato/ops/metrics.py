@@ -1,7 +1,7 @@
 """Prometheus metrics, built at scrape time from what the server and the writers count anyway.
 
 Nothing here runs on the paths that insert or sample: a scrape calls ``server.metrics()``
-(:mod:`ostinato.ops.stats`) and :data:`ostinato.core.stats.CLIENT` and turns the values into
+(:mod:`ostinato.ops.stats`) and :data:`ostinato.core.client_stats.CLIENT` and turns the values into
 metric families (a custom ``Collector``), so metrics cost nothing between scrapes.
 
 * ``Server(..., metrics_port=9090)`` / ``ostinato-server --metrics-port 9090``: the server's
@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ostinato.core.stats import CLIENT
+from ostinato.core.client_stats import CLIENT
 
 #: (field of ``metrics()["tables"][name]``, metric name, type, help); label ``table``.
 TABLE_METRICS: tuple[tuple[str, str, str, str], ...] = (

@@ -27,9 +27,9 @@ import grpc
 
 from ostinato import errors
 from ostinato.core.chunks import Chunk
+from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
 from ostinato.core.items import chunk_refs
-from ostinato.core.stats import CLIENT
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.status import TLSMismatchError, shm_refusal
@@ -59,7 +59,7 @@ class Outbox:
         self.in_flight: deque[list[Entry]] = deque()  # one batch per request awaiting its ack
         self.ring_cost: deque[int] = deque()  # ring bytes each request in flight holds
         self.sent_at: deque[tuple[float, int]] = deque()  # per request: (when sent, items)
-        self._stats = stats  # ostinato.core.stats target: confirmation latency per request
+        self._stats = stats  # ostinato.core.client_stats target: confirmation latency per request
         self.n_in_flight = 0
         self.n_encoding = 0  # items of the batch being encoded into a request
         self.retry_keys: set[int] = set()  # keys of items resent after a broken connection
@@ -127,7 +127,7 @@ class RequestEncoder:
     """Encodes batches of items into Insert requests for one connection, each row once.
 
     Args:
-      transport: the :class:`~ostinato.wire.transport.GrpcTransport` (options, and whether
+      transport: the :class:`~ostinato.wire.grpc_transport.GrpcTransport` (options, and whether
         this host may offer the server a shared-memory ring).
     """
 
