@@ -65,6 +65,9 @@ class Client:
         that cannot map the ring refuses it and the rows go inline, so it is always safe.
       in_process: ``None`` uses an in-process server when there is one at the address,
         ``False`` always goes over gRPC, ``True`` requires an in-process server.
+      transport: a :class:`~ostinato.transport.base.Transport` to use instead of connecting to
+        ``server_address`` (tests, custom transports); the connection options above then do
+        not apply. Not kept when the client is copied or pickled.
 
     No connection is made at construction. Clients can be pickled (they are rebuilt from the
     address).
@@ -207,8 +210,8 @@ class Client:
           max_chunk_length: (Ostinato only) rows per chunk; default sizes chunks by bytes.
           max_pending_items: (Ostinato only) items created but not yet in their tables (held
             back by a rate limiter, or in flight to a server) before ``create_item`` blocks;
-            ``None``: 10,000 for a server in this process, ``max_in_flight_items`` (4,096) of
-            the client's options over the network.
+            ``None``: 10,000 for a server in this process, 4,096 over the network (the gRPC
+            transport's ``ClientOptions.max_in_flight_items``).
         """
         timeout_ms: int | None = None
         if get_signature_timeout_ms is None:

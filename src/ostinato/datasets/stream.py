@@ -182,7 +182,6 @@ class SampleStream:
         self._queue: collections.deque[Piece] = collections.deque()
         self._used = 0          # items queued for the consumer or requested by a worker
         self._requested = 0     # items requested or delivered, counted against max_samples
-        self._delivered = 0     # items handed to the consumer
         self._closed = False
         self._ending = False    # a rate-limiter timeout ended the stream
         self._error: BaseException | None = None
@@ -248,11 +247,6 @@ class SampleStream:
     def timed_out(self) -> bool:
         """True once the stream has ended because the rate limiter timed out."""
         return self._ending
-
-    @property
-    def num_delivered(self) -> int:
-        """Items (not timesteps) handed to the consumer so far."""
-        return self._delivered
 
     # -- workers ------------------------------------------------------------------------------
     def _reserve(self, per_request: int) -> int:
@@ -396,7 +390,6 @@ class SampleStream:
                 if self._queue:
                     p = self._queue.popleft()
                     self._used -= p.num_samples
-                    self._delivered += p.num_samples
                     self._wait_since = None
                     # Wake a worker only when it now has room for its request: a stream cut
                     # into many small pieces would otherwise wake it at every piece.

@@ -127,7 +127,7 @@ class InsertSession:
 
     def _check_expansion(self, segments: list[Any]) -> None:
         """Bounds what the request's rows expand to, from the sizes its segments declare,
-        before any is inflated, copied out of a ring or decoded (DESIGN.md 3.4)."""
+        before any is inflated, copied out of a ring or decoded (docs/architecture.md)."""
         limit = self._max_inflated
         total = 0
         for m in segments:
