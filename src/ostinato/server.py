@@ -180,7 +180,7 @@ class Server:
         self.checkpoint_stats = CheckpointStats()
         self.start_time = time.time()
         self._metrics_endpoint: Any = None
-        if port and (registry.port_in_use(port) or not registry.port_is_free(host, port)):
+        if port and (registry.has_server(port) or not registry.port_is_free(host, port)):
             raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t.attach(self, self._store)

@@ -1,6 +1,6 @@
 """Whole, checked episodes from a stream of trajectories into an observer or tables.
 
-:class:`Delivery` takes :class:`~ostinato.rlds.steps.TrajectoryChunk` s in order and hands a
+:class:`UnitWriter` takes :class:`~ostinato.rlds.steps.TrajectoryChunk` s in order and hands a
 sink one *unit* at a time: the trajectories up to and including a boundary (``step_type``
 LAST), or up to a change of episode. A unit is handed over only once every step of it was
 checked, so a malformed step raises before anything of its episode reaches the sink (units
@@ -70,7 +70,7 @@ class Progress:
         return line
 
 
-class Delivery:
+class UnitWriter:
     """Groups trajectory chunks into units and writes each whole, checked unit to a sink.
 
     Args:

@@ -119,7 +119,7 @@ def unregister(port: int, server: Any) -> None:
             del _servers[port]
 
 
-def port_in_use(port: int) -> bool:
+def has_server(port: int) -> bool:
     """True if a server of this process serves ``port``."""
     with _lock:
         return port in _servers
