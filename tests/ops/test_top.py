@@ -241,3 +241,14 @@ def test_the_console_script_is_declared():
     assert 'ostinato = "ostinato.ops.ostinato_cli:main"' in text
     assert callable(cli.main)
     assert 'metrics = ["prometheus-client' in text
+
+
+def test_help_shows_no_rest_markup_and_errors_have_one_prefix(capsys):
+    for argv in (["--help"], ["info", "--help"], ["top", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        out = capsys.readouterr().out
+        assert "``" not in out and ":mod:" not in out, out
+    assert cli.main(["info", "no-port-here"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ostinato info: ") and err.count("ostinato") == 1, err
