@@ -2,7 +2,7 @@
 
 * Importing the core (or the package) loads no transport or ML framework.
 * Each area (a subpackage or top-level module; every one is named in ``ALLOWED``) imports only
-  the layers below it (docs/architecture.md): ``core`` only itself and ``errors``; ``writers``
+  the layers below it (docs/architecture.md): ``core`` only itself, ``errors`` and ``validate``; ``writers``
   never the transports or the wire (they name ``Transport`` for the type checker only); the
   transports never the writers, the client, the server or (but for the one lazy dial in
   ``transport.connect``) the wire; the wire never the client or the server; the client never
@@ -127,34 +127,35 @@ def _area(module: str) -> str:
 ALLOWED: dict[str, set[str]] = {
     # the foundations
     "errors": set(),
+    "validate": set(),
     "argtypes": set(),
     "replay_sample": set(),
-    "core": {"errors"},
-    "device": {"errors"},
+    "core": {"errors", "validate"},
+    "device": {"errors", "validate"},
     "types": {"core", "replay_sample"},
     # Reverb's public modules, over the core
     "selectors": {"core"},
     "rate_limiters": {"core"},
-    "checkpointing": {"core", "errors"},
+    "checkpointing": {"core", "errors", "validate"},
     "checkpointers": {"checkpointing", "errors"},
     # writing, and reaching a server
-    "writers": {"core", "errors"},
+    "writers": {"core", "errors", "validate"},
     "structured_writer": {"writers"},
-    "transport": {"core", "errors"},
-    "wire": {"core", "errors", "transport"},
-    "client": {"core", "errors", "writers", "transport", "replay_sample"},
+    "transport": {"core", "errors", "validate"},
+    "wire": {"core", "errors", "transport", "validate"},
+    "client": {"core", "errors", "writers", "transport", "replay_sample", "validate"},
     # the server and its operation
-    "ops": {"argtypes", "client", "core", "errors", "transport", "ostinato"},
-    "server": {"checkpointers", "client", "core", "ops", "transport", "wire", "errors"},
-    "server_config": {"core", "errors", "rate_limiters", "selectors"},
-    "server_cli": {"argtypes", "checkpointers", "server", "server_config"},
+    "ops": {"argtypes", "client", "core", "errors", "transport", "ostinato", "validate"},
+    "server": {"checkpointers", "client", "core", "ops", "transport", "wire", "errors", "validate"},
+    "server_config": {"core", "errors", "rate_limiters", "selectors", "validate"},
+    "server_cli": {"argtypes", "checkpointers", "server", "server_config", "validate"},
     "ray": {"checkpointers", "client", "core", "errors", "server", "server_config",
-            "transport"},
+            "transport", "validate"},
     "testing": {"client", "core", "rate_limiters", "selectors", "server"},
     # client-side adapters (frameworks, RLDS)
-    "datasets": {"client", "core", "errors", "replay_sample", "writers"},
-    "observers": {"client", "core", "datasets", "errors", "replay_sample", "writers"},
-    "rlds": {"argtypes", "errors", "observers", "ostinato", "types"},
+    "datasets": {"client", "core", "errors", "replay_sample", "writers", "validate"},
+    "observers": {"client", "core", "datasets", "errors", "replay_sample", "writers", "validate"},
+    "rlds": {"argtypes", "errors", "observers", "ostinato", "types", "validate"},
     # the package, and what uses it whole
     "compat": set(),
     "ostinato": {"checkpointers", "client", "compat", "core", "errors", "rate_limiters",

@@ -21,6 +21,7 @@ from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.base import Transport
 from ostinato.transport.connect import connect
 from ostinato.transport.registry import split_addresses
+from ostinato.validate import is_int, positive_int
 from ostinato.writers.chunker import to_array
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.structured_writer import StructuredWriter
@@ -255,7 +256,7 @@ class Client:
         """
         if num_samples == -1:
             return
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        if not is_int(num_samples) or num_samples < 1:
             raise ValueError(f"max_samples ({num_samples}) must be -1 or >= 1")
         transport = self.transport
         meta = transport.table_meta(table)
@@ -283,8 +284,7 @@ class Client:
           ValueError: the sampled items cannot be stacked (different shapes).
           RateLimiterTimeout: nothing could be sampled within ``timeout`` seconds.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size ({batch_size}) must be a positive integer")
+        positive_int("batch_size", batch_size)
         transport = self.transport
         batch = transport.sample(table, int(batch_size), Deadline.after(timeout))
         cols = stack_batch(batch)

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from ostinato import validate
 from ostinato.argtypes import positive, read_pem
 from ostinato.server_config import ConfigError, load_config, server_settings, tables_from_config
 
@@ -124,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--token must not be empty")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
-    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
-        parser.error(f"--metrics-port ({args.metrics_port}) must be in 0..65535")
+    if args.metrics_port is not None:
+        try:
+            validate.port("--metrics-port", args.metrics_port)
+        except ValueError as e:
+            parser.error(str(e))
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ostinato import checkpointers

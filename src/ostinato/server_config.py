@@ -17,6 +17,8 @@ import math
 import os
 from typing import Any
 
+from ostinato import validate
+
 
 class ConfigError(ValueError):
     """A bad server config; the message names the field."""
@@ -270,8 +272,10 @@ def tables_from_config(config: dict[str, Any]) -> list[Any]:
 def server_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The config's ``port`` and checkpoint fields, validated (None where not set)."""
     port = _integer(config, "port", "config", 0)
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"config.port ({port}) must be in 0..65535 (0 picks a free port)")
+    try:
+        validate.port("config.port", port)
+    except ValueError as e:
+        raise ConfigError(f"{e} (0 picks a free port)") from None
     ckpt_dir = config.get("checkpoint_dir")
     if ckpt_dir is not None and not isinstance(ckpt_dir, str):
         raise ConfigError(f"config.checkpoint_dir ({ckpt_dir!r}) must be a path")

@@ -44,6 +44,7 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.signature import signature_structure
 from ostinato.datasets.options import StreamOptions
 from ostinato.replay_sample import ReplaySample, SampleInfo
+from ostinato.validate import is_int, positive_int
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
 _LOCAL_SLICE_S = 0.2
@@ -157,11 +158,7 @@ class SampleStream:
         self.table = table
         self.emit_timesteps = bool(emit_timesteps)
         self._validate = validate
-        if max_piece_items is not None and (isinstance(max_piece_items, bool) or not isinstance(
-                max_piece_items, (int, np.integer)) or max_piece_items < 1):
-            raise ValueError(f"max_piece_items ({max_piece_items!r}) must be a positive integer "
-                             "or None")
-        self._piece_items = None if max_piece_items is None else int(max_piece_items)
+        self._piece_items = positive_int("max_piece_items", max_piece_items, none_ok=True)
         self._transport = self.client.transport
         meta = self._transport.table_meta(table)
         self.signature = meta.signature
@@ -450,7 +447,7 @@ class SampleStream:
           ValueError: ``batch_size`` is not a positive integer, or sampled items have
             different shapes and cannot be stacked (iterate :meth:`items` instead).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+        if not is_int(batch_size) \
                 or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
         return self._batches(int(batch_size), drop_remainder, flat)

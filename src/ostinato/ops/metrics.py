@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from ostinato import validate
 from ostinato.core.client_stats import CLIENT
 
 #: (field of ``metrics()["tables"][name]``, metric name, type, help); label ``table``.
@@ -338,8 +339,7 @@ def serve(port: int, *, server: Any = None, host: str = "0.0.0.0",
       ImportError: prometheus-client is not installed (``pip install 'ostinato[metrics]'``).
       ValueError: the port is in use or cannot be bound.
     """
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
-        raise ValueError(f"port ({port!r}) must be an integer in 0..65535")
+    validate.port("port", port)
     pc = require_prometheus()
     reg = registry(server, process)
     addr = host.strip("[]") if host else "0.0.0.0"

@@ -14,6 +14,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.core.signature import check_columns
+from ostinato.validate import non_negative_int, positive_int
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.packing import pack_columns
@@ -68,19 +69,11 @@ class TrajectoryWriter:
     def __init__(self, transport: Transport, num_keep_alive_refs: int, *, validate_items: bool = True,
                  max_chunk_length: int | None = None, max_pending_items: int | None = None,
                  signature_timeout_ms: int | None = None):
-        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
-                or num_keep_alive_refs < 1:
-            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        positive_int("num_keep_alive_refs", num_keep_alive_refs)
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
-        if max_pending_items is not None and (isinstance(max_pending_items, bool) or not isinstance(
-                max_pending_items, (int, np.integer)) or max_pending_items < 1):
-            raise ValueError(f"max_pending_items ({max_pending_items!r}) must be None or a "
-                             "positive integer")
-        if signature_timeout_ms is not None and (isinstance(signature_timeout_ms, bool) or not isinstance(
-                signature_timeout_ms, (int, np.integer)) or signature_timeout_ms < 0):
-            raise ValueError(f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
-                             "a non-negative integer (milliseconds)")
+        positive_int("max_pending_items", max_pending_items, none_ok=True)
+        non_negative_int("get_signature_timeout_ms", signature_timeout_ms, none_ok=True)
         self._signature_timeout_ms = None if signature_timeout_ms is None else int(signature_timeout_ms)
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
