@@ -294,7 +294,7 @@ class InsertSession:
         if sig is None:
             return
         layout: tuple[Any, ...]
-        if type(packed[0]) is Chunk:
+        if items_lib.is_flat(packed):
             layout = tuple([(id(x.spec), n) for x, n in zip(packed[0::3], packed[2::3])])
         else:
             layout = tuple([tuple([(id(x[0].spec), x[2]) for x in col]) for col in packed])

@@ -29,7 +29,7 @@ from ostinato import errors
 from ostinato.core.chunks import Chunk
 from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
-from ostinato.core.items import chunk_refs
+from ostinato.core.items import chunk_refs, is_flat
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.status import TLSMismatchError, shm_refusal
@@ -203,7 +203,7 @@ class RequestEncoder:
             if ti is None:
                 ti = tables[table] = len(tables)
             cols = []
-            if type(packed[0]) is Chunk:  # one slice per column: the common case
+            if is_flat(packed):  # one slice per column: the common case
                 for i in range(0, len(packed), 3):
                     chunk = packed[i]
                     ck = chunk.key

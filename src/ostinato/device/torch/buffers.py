@@ -15,7 +15,33 @@ from ostinato.device.torch.storage import TensorStorage
 from ostinato.device.uniform import UniformReplayBuffer
 
 
-class TorchUniformReplayBuffer(UniformReplayBuffer):
+class _StorageAndSampler:
+    """What both torch buffers do the same way, through their :attr:`storage` (a
+    :class:`~ostinato.device.torch.TensorStorage`) and :attr:`sampler`."""
+
+    storage: TensorStorage
+    sampler: Any
+
+    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:  # noqa: D102
+        return self.storage.read(index)
+
+    def reset(self) -> bool:  # noqa: D102
+        self.storage.reset()
+        self.sampler.reset()
+        return True
+
+    def size(self) -> int:  # noqa: D102
+        return self.storage.ring.size
+
+    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+        self.storage.load_state_dict(state["storage"])
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class TorchUniformReplayBuffer(_StorageAndSampler, UniformReplayBuffer):
     """:class:`~ostinato.device.UniformReplayBuffer` on a torch device.
 
     Built from two composable pieces: :attr:`storage` (a
@@ -42,8 +68,6 @@ class TorchUniformReplayBuffer(UniformReplayBuffer):
         tensors, rows, single = storage.prepare(exp)
         storage.write(tensors, rows, single)
 
-    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:  # noqa: D102
-        return self.storage.read(index)
 
     def sample(  # noqa: D102
         self, *, unique: bool = False, order_preserving: bool = False
@@ -55,22 +79,8 @@ class TorchUniformReplayBuffer(UniformReplayBuffer):
         )
         return self.storage.gather(slots)
 
-    def reset(self) -> bool:  # noqa: D102
-        self.storage.reset()
-        return True
 
-    def size(self) -> int:  # noqa: D102
-        return self.storage.ring.size
-
-    def state_dict(self) -> dict[str, Any]:  # noqa: D102
-        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
-        self.storage.load_state_dict(state["storage"])
-        self.sampler.load_state_dict(state["sampler"])
-
-
-class TorchPriorityReplayBuffer(PriorityReplayBuffer):
+class TorchPriorityReplayBuffer(_StorageAndSampler, PriorityReplayBuffer):
     """:class:`~ostinato.device.PriorityReplayBuffer` on a torch device.
 
     Built from :attr:`storage` (a :class:`~ostinato.device.torch.TensorStorage`) and
@@ -120,21 +130,3 @@ class TorchPriorityReplayBuffer(PriorityReplayBuffer):
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:  # noqa: D102
         self.sampler.update(self.storage.ring, indices, priorities)
-
-    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:  # noqa: D102
-        return self.storage.read(index)
-
-    def reset(self) -> bool:  # noqa: D102
-        self.storage.reset()
-        self.sampler.reset()
-        return True
-
-    def size(self) -> int:  # noqa: D102
-        return self.storage.ring.size
-
-    def state_dict(self) -> dict[str, Any]:  # noqa: D102
-        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
-        self.storage.load_state_dict(state["storage"])
-        self.sampler.load_state_dict(state["sampler"])
