@@ -14,7 +14,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.core.signature import check_columns
-from ostinato.validate import non_negative_int, positive_int
+from ostinato.validate import is_int, positive_int
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.packing import pack_columns
@@ -73,7 +73,10 @@ class TrajectoryWriter:
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
         positive_int("max_pending_items", max_pending_items, none_ok=True)
-        non_negative_int("get_signature_timeout_ms", signature_timeout_ms, none_ok=True)
+        if signature_timeout_ms is not None and (not is_int(signature_timeout_ms)
+                                                 or signature_timeout_ms < 0):
+            raise ValueError(f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
+                             "a non-negative integer (milliseconds)")
         self._signature_timeout_ms = None if signature_timeout_ms is None else int(signature_timeout_ms)
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
