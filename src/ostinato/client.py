@@ -22,6 +22,7 @@ from ostinato.replay_sample import ReplaySample, SampleInfo
 from ostinato.transport.base import Transport
 from ostinato.transport.connect import connect
 from ostinato.transport.registry import split_addresses
+from ostinato.validate import is_int, positive_int
 from ostinato.writers.chunker import to_array
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.structured_writer import StructuredWriter
@@ -66,6 +67,9 @@ class Client:
         that cannot map the ring refuses it and the rows go inline, so it is always safe.
       in_process: ``None`` uses an in-process server when there is one at the address,
         ``False`` always goes over gRPC, ``True`` requires an in-process server.
+      transport: a :class:`~ostinato.transport.base.Transport` to use instead of connecting to
+        ``server_address`` (tests, custom transports); the connection options above then do
+        not apply. Not kept when the client is copied or pickled.
 
     No connection is made at construction. Clients can be pickled (they are rebuilt from the
     address).
@@ -208,8 +212,8 @@ class Client:
           max_chunk_length: (Ostinato only) rows per chunk; default sizes chunks by bytes.
           max_pending_items: (Ostinato only) items created but not yet in their tables (held
             back by a rate limiter, or in flight to a server) before ``create_item`` blocks;
-            ``None``: 10,000 for a server in this process, ``max_in_flight_items`` (4,096) of
-            the client's options over the network.
+            ``None``: 10,000 for a server in this process, 4,096 over the network (the gRPC
+            transport's ``ClientOptions.max_in_flight_items``).
         """
         timeout_ms: int | None = None
         if get_signature_timeout_ms is None:
@@ -253,7 +257,7 @@ class Client:
         """
         if num_samples == -1:
             return
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        if not is_int(num_samples) or num_samples < 1:
             raise ValueError(f"max_samples ({num_samples}) must be -1 or >= 1")
         transport = self.transport
         meta = transport.table_meta(table)
@@ -281,8 +285,7 @@ class Client:
           ValueError: the sampled items cannot be stacked (different shapes).
           RateLimiterTimeout: nothing could be sampled within ``timeout`` seconds.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size ({batch_size}) must be a positive integer")
+        positive_int("batch_size", batch_size)
         transport = self.transport
         batch = transport.sample(table, int(batch_size), Deadline.after(timeout))
         cols = stack_batch(batch)

@@ -15,10 +15,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ostinato import validate
 from ostinato.core.chunks import ChunkStore
 from ostinato.core.extensions import TableExtension
 from ostinato.core.table import Table
 from ostinato.transport import registry
+from ostinato.validate import is_int
 
 _log = logging.getLogger(__name__)
 #: ``Server(max_inflated_bytes=None)`` allows at least this much expansion per Insert request,
@@ -148,15 +150,12 @@ class Server:
                                              and hasattr(checkpointer, "restore")):
             raise TypeError(f"checkpointer ({checkpointer!r}) must be an "
                             "ostinato.checkpointers.CheckpointerBase")
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                                 or not 0 <= port < 65536):
-            raise ValueError(f"port ({port!r}) must be None or an integer in 0..65535")
+        validate.port("port", port, none_ok=True)
         if token is not None and (not isinstance(token, str) or not token):
             raise ValueError("token must be a non-empty string")
         if max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes ({max_message_bytes}) must be >= 1024")
-        if max_inflated_bytes is not None and (isinstance(max_inflated_bytes, bool)
-                                               or not isinstance(max_inflated_bytes, int)
+        if max_inflated_bytes is not None and (not is_int(max_inflated_bytes)
                                                or max_inflated_bytes < 1024):
             raise ValueError(f"max_inflated_bytes ({max_inflated_bytes!r}) must be None or an "
                              "integer >= 1024")
@@ -164,11 +163,7 @@ class Server:
         #: the gRPC service's insert streams.
         self.max_inflated_bytes: int = max_inflated_bytes if max_inflated_bytes is not None \
             else max(max_message_bytes, DEFAULT_MIN_INFLATED_BYTES)
-        if metrics_port is not None and (isinstance(metrics_port, bool)
-                                         or not isinstance(metrics_port, int)
-                                         or not 0 <= metrics_port < 65536):
-            raise ValueError(f"metrics_port ({metrics_port!r}) must be None or an integer in "
-                             "0..65535")
+        validate.port("metrics_port", metrics_port, none_ok=True)
         if metrics_port is not None:  # fail before anything starts if the extra is missing
             from ostinato.ops.metrics import require_prometheus
 
@@ -180,7 +175,7 @@ class Server:
         self.checkpoint_stats = CheckpointStats()
         self.start_time = time.time()
         self._metrics_endpoint: Any = None
-        if port and (registry.port_in_use(port) or not registry.port_is_free(host, port)):
+        if port and (registry.has_server(port) or not registry.port_is_free(host, port)):
             raise ValueError(f"port ({port}) is already in use")
         for t in tables:
             t.attach(self, self._store)

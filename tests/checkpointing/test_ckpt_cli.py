@@ -14,7 +14,8 @@ import pytest
 
 import ostinato as reverb
 from _helpers import wait_until
-from ostinato import cli
+from ostinato import server_cli as cli
+from ostinato import server_config
 
 README_CONFIG = """
 port: 8000
@@ -66,7 +67,7 @@ tables:
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([sys.executable, "-m", "ostinato.cli", *args, "--no-progress"],
+    p = subprocess.Popen([sys.executable, "-m", "ostinato.server_cli", *args, "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if "listening on port" not in line:
@@ -124,7 +125,7 @@ def test_toml_config(tmp_path):
 def test_bad_config_names_the_field(tmp_path, text, field):
     cfg = tmp_path / "bad.config"
     cfg.write_text(text)
-    p = subprocess.run([sys.executable, "-m", "ostinato.cli", "--config", str(cfg)],
+    p = subprocess.run([sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert field in p.stderr and "bad config" in p.stderr, p.stderr
@@ -202,7 +203,7 @@ def test_toml_on_python_3_10_without_tomli_says_what_to_install(tmp_path, monkey
 def test_bad_yaml_config_exits_2_naming_the_field(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(YAML_CONFIG.replace("max_size: 1000", "max_size: 1000\n    max_times_sample: 5"))
-    p = subprocess.run([sys.executable, "-m", "ostinato.cli", "--config", str(cfg)],
+    p = subprocess.run([sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert "bad config" in p.stderr and "max_times_sample" in p.stderr, p.stderr
@@ -346,3 +347,24 @@ def test_bad_flag_values_exit_2(tmp_path, capsys, flag, value):
     with pytest.raises(SystemExit) as ei:
         cli.main(["--config", str(cfg), flag, value])
     assert ei.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_the_shipped_example_config_parses_and_is_shown_by_help(capsys):
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "server_config.txtpb"
+    config = server_config.load_config(str(path))
+    tables = server_config.tables_from_config(config)
+    assert [t.name for t in tables] == ["replay", "recent"]
+    info = {t.name: t.info for t in tables}
+    assert info["replay"].sampler_options.prioritized.priority_exponent == pytest.approx(0.8)
+    assert info["recent"].max_times_sampled == 8
+    assert info["recent"].rate_limiter_info.min_diff == -1000
+    assert server_config.server_settings(config) == {
+        "port": 8000, "checkpoint_dir": None, "checkpoint_every_seconds": 600.0,
+        "checkpoint_keep": 2}
+    assert cli.EXAMPLE_CONFIG == path.read_text()
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert 'table_name: "recent"' in out and "sampler: { uniform: true }" in out

@@ -300,7 +300,7 @@ def test_progress_after_seconds_is_validated(tmp_path):
 
 
 def test_cli_progress_bar_draws_a_restore(tmp_path, make_server):
-    from ostinato import cli
+    from ostinato import server_cli as cli
 
     _saved(tmp_path, make_server)
     bar = cli._progress_bar()

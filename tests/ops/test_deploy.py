@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ostinato import cli
+from ostinato import server_cli as cli
 
 yaml = pytest.importorskip("yaml")
 
@@ -63,7 +63,7 @@ def test_the_dockerfile_runs_ostinato_server_with_valid_flags():
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
     assert entry == ["ostinato-server"]
     pyproject = (DEPLOY.parent / "pyproject.toml").read_text()
-    assert 'ostinato-server = "ostinato.cli:main"' in pyproject
+    assert 'ostinato-server = "ostinato.server_cli:main"' in pyproject
     args = cli.build_parser().parse_args(cmd)
     assert args.host == "0.0.0.0" and args.checkpoint_dir.startswith("/data/")
     assert re.search(rf"^EXPOSE {args.port} {args.metrics_port}$", text, re.M)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
-from ostinato.core.stats import LATENCY_BUCKETS
+from ostinato.core.client_stats import LATENCY_BUCKETS
 from ostinato.ops import metrics as ops_metrics
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -161,7 +161,7 @@ def test_ostinato_server_metrics_port_flag(tmp_path):
         s.bind(("127.0.0.1", 0))
         mport = s.getsockname()[1]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "ostinato.cli", "--config", str(config),
+    proc = subprocess.Popen([sys.executable, "-m", "ostinato.server_cli", "--config", str(config),
                              "--port", "0", "--metrics-port", str(mport), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

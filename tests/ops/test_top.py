@@ -18,7 +18,7 @@ from _ops_util import Tmux, serve_without_stats
 from rich.console import Console
 
 import ostinato as reverb
-from ostinato.ops import cli
+from ostinato.ops import ostinato_cli as cli
 from ostinato.ops.top import TopModel, fmt_bytes, fmt_count, fmt_rate, fmt_seconds, fmt_short
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,6 +238,17 @@ def test_token_and_tls_options_reach_the_server(make_server, tmp_path):
 
 def test_the_console_script_is_declared():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'ostinato = "ostinato.ops.cli:main"' in text
+    assert 'ostinato = "ostinato.ops.ostinato_cli:main"' in text
     assert callable(cli.main)
     assert 'metrics = ["prometheus-client' in text
+
+
+def test_help_shows_no_rest_markup_and_errors_have_one_prefix(capsys):
+    for argv in (["--help"], ["info", "--help"], ["top", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        out = capsys.readouterr().out
+        assert "``" not in out and ":mod:" not in out, out
+    assert cli.main(["info", "no-port-here"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ostinato info: ") and err.count("ostinato") == 1, err

@@ -15,7 +15,8 @@ pytest.importorskip("ray.actor")
 import ostinato as reverb
 import ray
 from _helpers import wait_until
-from ostinato import cli, errors
+from ostinato import errors
+from ostinato import server_cli as cli
 from ostinato.ray import ShardGroup, start_shards
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -16,7 +16,7 @@ pytest.importorskip("jax")  # Minari's DataCollector needs it
 from minari_fixtures import collect
 
 import ostinato as reverb
-from ostinato.rlds import cli
+from ostinato.rlds import ingest_cli as cli
 
 
 @pytest.fixture(scope="module")

@@ -47,8 +47,8 @@ def test_local_server_is_found_by_this_hosts_names_until_it_stops():
         for host in ("localhost", "127.0.0.1", "0.0.0.0", "[::1]"):
             assert registry.local_server(f"{host}:{server.port}") is server
         assert registry.local_server(f"example.invalid:{server.port}") is None
-        assert registry.port_in_use(server.port)
+        assert registry.has_server(server.port)
     finally:
         server.stop()
     assert registry.local_server(f"localhost:{server.port}") is None
-    assert not registry.port_in_use(server.port)
+    assert not registry.has_server(server.port)

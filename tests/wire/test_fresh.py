@@ -1,4 +1,4 @@
-"""wire.fresh: copies into new bytes objects (pre-faulted, GIL released) equal plain slices."""
+"""wire.prefaulted_copy: copies into new bytes objects (pre-faulted, GIL released) equal plain slices."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ostinato.core import items as items_lib
-from ostinato.wire import codec, fresh
+from ostinato.wire import codec, prefaulted_copy
 
-SRC = np.random.default_rng(0).integers(0, 256, size=3 * fresh.MIN_BYTES + 12345,
+SRC = np.random.default_rng(0).integers(0, 256, size=3 * prefaulted_copy.MIN_BYTES + 12345,
                                         dtype=np.uint8).tobytes()
 
 
@@ -21,38 +21,38 @@ SRC = np.random.default_rng(0).integers(0, 256, size=3 * fresh.MIN_BYTES + 12345
 @given(offset=st.integers(0, len(SRC)), n=st.integers(0, len(SRC)))
 def test_copy_out_equals_slice(offset: int, n: int) -> None:
     n = min(n, len(SRC) - offset)
-    out = fresh.copy_out(SRC, fresh.address_of(SRC), offset, n)
+    out = prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), offset, n)
     assert type(out) is bytes
     assert out == SRC[offset:offset + n]
 
 
 def test_large_unaligned_copies_from_a_mapping() -> None:
-    mm = mmap.mmap(-1, 4 * fresh.MIN_BYTES)
+    mm = mmap.mmap(-1, 4 * prefaulted_copy.MIN_BYTES)
     mm[:] = os.urandom(len(mm))
-    base = fresh.address_of(mm)
-    for off, n in [(1, fresh.MIN_BYTES), (4095, 2 * fresh.MIN_BYTES + 7), (0, len(mm))]:
-        assert fresh.copy_out(mm, base, off, n) == mm[off:off + n]
+    base = prefaulted_copy.address_of(mm)
+    for off, n in [(1, prefaulted_copy.MIN_BYTES), (4095, 2 * prefaulted_copy.MIN_BYTES + 7), (0, len(mm))]:
+        assert prefaulted_copy.copy_out(mm, base, off, n) == mm[off:off + n]
     mm.close()
 
 
 def test_fallback_without_the_c_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fresh, "_API", None)
-    assert fresh.copy_out(SRC, 0, 10, 2 * fresh.MIN_BYTES) == SRC[10:10 + 2 * fresh.MIN_BYTES]
+    monkeypatch.setattr(prefaulted_copy, "_API", None)
+    assert prefaulted_copy.copy_out(SRC, 0, 10, 2 * prefaulted_copy.MIN_BYTES) == SRC[10:10 + 2 * prefaulted_copy.MIN_BYTES]
 
 
 def test_kernel_without_populate_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    if fresh._API is None or fresh._API[2] is None:
+    if prefaulted_copy._API is None or prefaulted_copy._API[2] is None:
         pytest.skip("no madvise here")
-    new, as_string, _ = fresh._API
-    monkeypatch.setattr(fresh, "_API", (new, as_string, lambda *a: -1))
-    monkeypatch.setattr(fresh, "_populate", True)
-    n = 2 * fresh.MIN_BYTES
-    assert fresh.copy_out(SRC, fresh.address_of(SRC), 3, n) == SRC[3:3 + n]
-    assert fresh._populate is False  # not tried again
+    new, as_string, _ = prefaulted_copy._API
+    monkeypatch.setattr(prefaulted_copy, "_API", (new, as_string, lambda *a: -1))
+    monkeypatch.setattr(prefaulted_copy, "_populate", True)
+    n = 2 * prefaulted_copy.MIN_BYTES
+    assert prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), 3, n) == SRC[3:3 + n]
+    assert prefaulted_copy._populate is False  # not tried again
 
 
 def test_framed_messages_with_large_and_small_payloads_round_trip() -> None:
-    big = os.urandom(fresh.MIN_BYTES + 3)
+    big = os.urandom(prefaulted_copy.MIN_BYTES + 3)
     small = b"xyz"
     body = {"seg": [{"k": 1, "b": big}, {"k": 2, "b": small}, {"k": 3, "b": b""}], "i": [1]}
     raw = codec.pack_framed(body)

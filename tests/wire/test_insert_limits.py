@@ -1,4 +1,4 @@
-"""What one Insert request may make the server allocate (DESIGN.md 3.4: everything a client sends
+"""What one Insert request may make the server allocate (docs/architecture.md: everything a client sends
 is bounded before it is expanded), and what it may make the server store: compressed segments
 are checked against ``max_inflated_bytes`` from their declared sizes before inflating, and
 string segments are decoded and checked at insert, so nothing un-decodable is ever stored."""

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import ostinato as reverb
 from ostinato.wire import codec, shm
-from ostinato.wire.transport import ClientOptions
+from ostinato.wire.grpc_transport import ClientOptions
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs a writable /dev/shm (Linux)")
 

@@ -25,7 +25,7 @@ from server_process import ServerProcess
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs a writable /dev/shm (Linux)")
 
 MB = 1 << 20
-ROW = 128 * 1024  # above fresh.MIN_BYTES: the bulk copy path
+ROW = 128 * 1024  # above prefaulted_copy.MIN_BYTES: the bulk copy path
 
 
 def _request(key: int, ref: list[int], n_bytes: int, **body):

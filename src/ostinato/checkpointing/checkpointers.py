@@ -34,6 +34,7 @@ from ostinato.checkpointing.format import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
 )
+from ostinato.validate import is_real, positive_int
 
 _log = logging.getLogger(__name__)
 
@@ -101,17 +102,15 @@ class DefaultCheckpointer(CheckpointerBase):
             raise ValueError(f"path ({path!r}) must be a non-empty directory path")
         if group:
             raise ValueError(f"group ({group!r}): setting non-empty group is not supported")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep ({keep!r}) must be a positive integer")
+        positive_int("keep", keep)
         if every_seconds is not None and not every_seconds > 0:
             raise ValueError(f"every_seconds ({every_seconds!r}) must be None or > 0")
         if compression not in (None, "zstd"):
             raise ValueError(f"compression ({compression!r}) must be None or 'zstd'")
-        if isinstance(save_cpu_share, bool) or not isinstance(save_cpu_share, (int, float)) \
+        if not is_real(save_cpu_share) \
                 or not 0.0 < save_cpu_share <= 1.0:
             raise ValueError(f"save_cpu_share ({save_cpu_share!r}) must be a number in (0, 1]")
-        if isinstance(progress_after_seconds, bool) \
-                or not isinstance(progress_after_seconds, (int, float)) \
+        if not is_real(progress_after_seconds) \
                 or not progress_after_seconds >= 0:
             raise ValueError(f"progress_after_seconds ({progress_after_seconds!r}) must be a "
                              "number >= 0")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ostinato.core.chunks import Chunk, chunk_array, chunk_spec
-from ostinato.core.items import Packed, SampleBatch, columns
+from ostinato.core.items import Packed, SampleBatch, columns, is_flat
 from ostinato.core.locations import Located, registered_block
 
 #: Batches start on a 64-byte boundary: frameworks can then use them without a copy (JAX on
@@ -229,7 +229,7 @@ def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
     rows: list[np.ndarray] = []
     add = rows.append
     for packed in trajs:
-        if type(packed[0]) is Chunk:  # each column is one slice
+        if is_flat(packed):  # each column is one slice
             if len(packed) != flat_len or packed[j + 2] != length:
                 return None
             data = packed[j].data

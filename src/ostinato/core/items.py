@@ -43,6 +43,12 @@ def intern_squeeze(flags: Sequence[bool]) -> tuple[bool, ...]:
     return SQUEEZE_CACHE.setdefault(t, t)
 
 
+def is_flat(packed: Packed) -> bool:
+    """True when ``packed`` is the flat form ``(chunk0, offset0, length0, chunk1, ...)``: each
+    column one slice (see module docstring)."""
+    return type(packed[0]) is Chunk
+
+
 def pack(columns: Sequence[Sequence[Slice]]) -> Packed:
     """Packs columns of slices (see module docstring)."""
     if all(len(c) == 1 for c in columns):
@@ -55,7 +61,7 @@ def pack(columns: Sequence[Sequence[Slice]]) -> Packed:
 
 def columns(packed: Packed) -> list[tuple[Slice, ...]]:
     """Unpacks to a list of columns, each a tuple of slices."""
-    if type(packed[0]) is Chunk:
+    if is_flat(packed):
         return [((packed[i], packed[i + 1], packed[i + 2]),) for i in range(0, len(packed), 3)]
     return list(packed)
 
@@ -63,7 +69,7 @@ def columns(packed: Packed) -> list[tuple[Slice, ...]]:
 def chunk_refs(packed: Packed) -> Sequence[Chunk]:
     """Every chunk reference of the trajectory, one per slice (a chunk may appear several
     times); what an item holds in the chunk store."""
-    if type(packed[0]) is Chunk:
+    if is_flat(packed):
         return packed[0::3]
     return [s[0] for col in packed for s in col]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ostinato.core.chunks import Chunk
+from ostinato.core.items import is_flat
 
 # -- blocks, process-wide ----------------------------------------------------------------------------
 #: Codes fit the int32 location arrays; past this many blocks new ones are not registered
@@ -156,7 +156,7 @@ class Locations:
 
     def add(self, slot: int, traj: Any) -> None:
         """Records where the item in ``slot`` has its rows, if it can be located."""
-        if type(traj[0]) is Chunk:  # one slice per column
+        if is_flat(traj):  # one slice per column
             if len(traj) == self.flat_len:
                 self.add_flat(self.array, slot * self.stride_bytes, traj)
                 return

@@ -20,6 +20,7 @@ import sys
 import threading
 
 from ostinato.core.table_info import RateLimiterCallStats, RateLimiterInfo
+from ostinato.validate import positive_int
 
 _log = logging.getLogger(__name__)
 _MAX = sys.float_info.max
@@ -223,24 +224,22 @@ class SampleToInsertRatio(RateLimiter):
         super().__init__(samples_per_insert, min_size_to_sample, min_diff, max_diff)
 
 
-class Queue(RateLimiter):
+class _AtMostUnsampled(RateLimiter):
+    """At most ``size`` unsampled items, each sampled once: the body of :class:`Queue` and
+    :class:`Stack`, which differ only in the table's selectors."""
+
+    def __init__(self, size: int):
+        size = positive_int("size", size)
+        super().__init__(samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0,
+                         max_diff=float(size))
+
+
+class Queue(_AtMostUnsampled):
     """Limiter of ``Table.queue``: at most ``size`` unsampled items. Not for direct use."""
 
-    def __init__(self, size: int):
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size ({size!r}) must be a positive integer")
-        super().__init__(samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0,
-                         max_diff=float(size))
 
-
-class Stack(RateLimiter):
+class Stack(_AtMostUnsampled):
     """Limiter of ``Table.stack``: at most ``size`` unsampled items. Not for direct use."""
-
-    def __init__(self, size: int):
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size ({size!r}) must be a positive integer")
-        super().__init__(samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0,
-                         max_diff=float(size))
 
 
 __all__ = ["MinSize", "Queue", "RateLimiter", "SampleToInsertRatio", "Stack"]

@@ -108,7 +108,7 @@ class Slots:
         self.traj[slot] = traj
         self.squeeze[slot] = squeeze
         self.key_to_slot[key] = slot
-        flat = type(traj[0]) is Chunk
+        flat = items_lib.is_flat(traj)
         chunks = traj[0::3] if flat else items_lib.chunk_refs(traj)
         self.store.acquire(chunks)
         er = self.episode_refs
@@ -128,7 +128,7 @@ class Slots:
         traj = self.traj[slot]
         del self.key_to_slot[key]
         self.locations.remove(slot)
-        chunks = traj[0::3] if type(traj[0]) is Chunk else items_lib.chunk_refs(traj)
+        chunks = items_lib.chunk_refs(traj)
         self.store.release(chunks)
         er = self.episode_refs
         for c in chunks:

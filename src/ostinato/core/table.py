@@ -30,7 +30,8 @@ from ostinato.core.signature import flatten_signature
 from ostinato.core.slots import Slots
 from ostinato.core.table_contents import TableContents
 from ostinato.core.table_info import TableInfo
-from ostinato.core.table_settings import positive_int
+from ostinato.core.table_settings import TableSettings
+from ostinato.validate import positive_int
 
 #: An item as handed to a table: (key, priority, packed trajectory, squeeze flags).
 Item = tuple[int, float, items_lib.Packed, tuple[bool, ...]]
@@ -132,7 +133,7 @@ class Table(TableContents):
 
         Unlike Reverb this also counts ``max_times_sampled``: a queue with 2 items cannot give 3.
         """
-        n = positive_int(num_samples, "num_samples")
+        n = positive_int("num_samples", num_samples)
         with self._lock:
             if self._max_times_sampled and n > self._remaining_samples:
                 return False
@@ -140,7 +141,7 @@ class Table(TableContents):
 
     def can_insert(self, num_inserts: int) -> bool:
         """Whether ``num_inserts`` new items would be admitted now."""
-        n = positive_int(num_inserts, "num_inserts")
+        n = positive_int("num_inserts", num_inserts)
         with self._lock:
             return self._limiter.can_insert(n)
 
@@ -349,7 +350,7 @@ class Table(TableContents):
           RateLimiterTimeout: nothing could be sampled before the deadline.
           CancelledError: the table was closed, or ``cancelled()`` became true.
         """
-        n = positive_int(num_samples, "num_samples")
+        n = positive_int("num_samples", num_samples)
         deadline = Deadline.after(timeout)
         gate = self._gate
         allowed = self._allowed_locked

@@ -14,20 +14,7 @@ from ostinato.core.extensions import Hooks, TableExtension
 from ostinato.core.rate_limiter import Queue, RateLimiter, Stack
 from ostinato.core.selectors import Fifo, ItemSelector, Lifo, Prioritized, selector_from_options
 from ostinato.core.signature import flatten_signature
-
-
-def positive_int(value: Any, name: str) -> int:
-    """``value`` as an int, or ``ValueError`` naming ``name`` if it is not a positive integer."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} ({value!r}) must be a positive integer")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} ({value!r}) must be a positive integer") from None
-    if v <= 0:
-        raise ValueError(f"{name} ({v}) must be a positive integer")
-    return v
-
+from ostinato.validate import positive_int
 
 _T = TypeVar("_T", bound="TableSettings")
 
@@ -40,7 +27,7 @@ class TableSettings:
                  extensions: Sequence[Any] = (), signature: Any = None):
         if not name or not isinstance(name, str):
             raise ValueError("name must be nonempty")
-        max_size = positive_int(max_size, "max_size")
+        max_size = positive_int("max_size", max_size)
         if not isinstance(sampler, ItemSelector):
             raise TypeError(f"sampler ({sampler!r}) must be a selector from ostinato.selectors")
         if not isinstance(remover, ItemSelector):

@@ -9,6 +9,7 @@ from ostinato.client import Client
 from ostinato.datasets.options import StreamOptions
 from ostinato.datasets.stream import SampleStream
 from ostinato.replay_sample import ReplaySample
+from ostinato.validate import is_int
 
 
 class NumpyIterator:
@@ -97,7 +98,7 @@ def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
       ...                                      max_samples=25_600):
       ...     loss = learn(batch.data["obs"], batch.info.probability)
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+    if batch_size is not None and (not is_int(batch_size)
                                    or batch_size < 1):
         raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer or None")
     if max_in_flight_samples_per_worker is None:

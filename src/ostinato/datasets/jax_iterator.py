@@ -17,6 +17,7 @@ from ostinato.client import Client
 from ostinato.datasets.iterator import NumpyIterator
 from ostinato.datasets.iterator import numpy as numpy_iterator
 from ostinato.replay_sample import ReplaySample, SampleInfo
+from ostinato.validate import non_negative_int
 
 
 class JaxIterator:
@@ -60,8 +61,7 @@ class JaxIterator:
                  rate_limiter_timeout_ms: int = -1, max_samples: int = -1,
                  emit_timesteps: bool = False, drop_remainder: bool = False,
                  flat: bool = False):
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch ({prefetch!r}) must be an integer >= 0")
+        non_negative_int("prefetch", prefetch)
         if info_on_device and not jax.config.read("jax_enable_x64"):
             raise ValueError("info_on_device=True needs jax_enable_x64 (keys are uint64); "
                              "enable it or keep info on the host")

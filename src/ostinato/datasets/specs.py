@@ -50,7 +50,8 @@ def _mismatch(table: str, i: int, spec: TensorSpec, dtype: np.dtype,
         f"Tensor has (dtype, shape): ({dtype_name(dtype)}, {shape_str(shape)}).")
 
 
-def check_columns(table: str, specs: Sequence[TensorSpec], columns: Sequence[np.ndarray]) -> None:
+def check_stacked_columns(table: str, specs: Sequence[TensorSpec],
+                          columns: Sequence[np.ndarray]) -> None:
     """Checks stacked columns (batch dimension first) against per-row specs."""
     if len(columns) != len(specs):
         raise errors.InvalidArgumentError(

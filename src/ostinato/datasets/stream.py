@@ -46,6 +46,7 @@ from ostinato.core.signature import signature_structure
 from ostinato.datasets.options import StreamOptions
 from ostinato.datasets.pieces import Piece, decode, take_rows
 from ostinato.replay_sample import ReplaySample, SampleInfo
+from ostinato.validate import is_int, positive_int
 
 #: Longest single wait on the rate limiter, so that ``close()`` is noticed promptly.
 _LOCAL_SLICE_S = 0.2
@@ -105,11 +106,7 @@ class SampleStream:
         self.table = table
         self.emit_timesteps = bool(emit_timesteps)
         self._validate = validate
-        if max_piece_items is not None and (isinstance(max_piece_items, bool) or not isinstance(
-                max_piece_items, (int, np.integer)) or max_piece_items < 1):
-            raise ValueError(f"max_piece_items ({max_piece_items!r}) must be a positive integer "
-                             "or None")
-        self._piece_items = None if max_piece_items is None else int(max_piece_items)
+        self._piece_items = positive_int("max_piece_items", max_piece_items, none_ok=True)
         self._transport = self.client.transport
         meta = self._transport.table_meta(table)
         self.signature = meta.signature
@@ -130,7 +127,6 @@ class SampleStream:
         self._queue: collections.deque[Piece] = collections.deque()
         self._used = 0          # items queued for the consumer or requested by a worker
         self._requested = 0     # items requested or delivered, counted against max_samples
-        self._delivered = 0     # items handed to the consumer
         self._closed = False
         self._ending = False    # a rate-limiter timeout ended the stream
         self._error: BaseException | None = None
@@ -196,11 +192,6 @@ class SampleStream:
     def timed_out(self) -> bool:
         """True once the stream has ended because the rate limiter timed out."""
         return self._ending
-
-    @property
-    def num_delivered(self) -> int:
-        """Items (not timesteps) handed to the consumer so far."""
-        return self._delivered
 
     # -- workers ------------------------------------------------------------------------------
     def _reserve(self, per_request: int) -> int:
@@ -327,7 +318,6 @@ class SampleStream:
                 if self._queue:
                     p = self._queue.popleft()
                     self._used -= p.num_samples
-                    self._delivered += p.num_samples
                     self._wait_since = None
                     # Wake a worker only when it now has room for its request: a stream cut
                     # into many small pieces would otherwise wake it at every piece.
@@ -388,7 +378,7 @@ class SampleStream:
           ValueError: ``batch_size`` is not a positive integer, or sampled items have
             different shapes and cannot be stacked (iterate :meth:`items` instead).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+        if not is_int(batch_size) \
                 or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
         return self._batches(int(batch_size), drop_remainder, flat)

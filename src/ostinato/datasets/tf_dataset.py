@@ -261,7 +261,7 @@ class TimestepDataset(_ReverbDataset):
 def _validator(table: str, specs: list[TensorSpec]) -> Any:
     def validate(piece: Piece) -> None:
         if piece.columns is not None:
-            specs_lib.check_columns(table, specs, piece.columns)
+            specs_lib.check_stacked_columns(table, specs, piece.columns)
         else:
             for row in piece.row_data or ():
                 specs_lib.check_row(table, specs, row)

@@ -19,6 +19,7 @@ from ostinato.datasets.iterator import numpy as numpy_iterator
 from ostinato.datasets.options import StreamOptions
 from ostinato.datasets.stream import as_client
 from ostinato.replay_sample import ReplaySample, SampleInfo
+from ostinato.validate import positive_int
 
 
 def network_client(client: Client) -> Client:
@@ -85,8 +86,7 @@ class TorchDataset(IterableDataset):
                  device: str | torch.device | None = None, pin_memory: bool = False,
                  flat: bool = False):
         super().__init__()
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
+        positive_int("batch_size", batch_size)
         StreamOptions(  # validate now rather than in a worker process
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker or batch_size,
             num_workers_per_iterator=num_workers_per_iterator,

@@ -3,26 +3,9 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
-
-def positive_int(name: str, value: Any) -> int:
-    """Returns ``value`` as an ``int`` or raises if it is not a positive integer.
-
-    Args:
-        name: The argument name, quoted in the error message.
-        value: The value to check. ``bool`` is rejected even though it is an ``int``.
-
-    Returns:
-        ``int(value)``.
-
-    Raises:
-        ValueError: If ``value`` is not an integer ``>= 1``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} ({value!r}) must be a positive integer")
-    return int(value)
+from ostinato.validate import is_real, non_negative_int, non_negative_number
 
 
 def unit_float(name: str, value: Any) -> float:
@@ -38,12 +21,7 @@ def unit_float(name: str, value: Any) -> float:
     Raises:
         ValueError: If ``value`` is not a real number with ``0 <= value <= 1``.
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not 0.0 <= value <= 1.0
-    ):
+    if not is_real(value) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} ({value!r}) must be a number in [0, 1]")
     return float(value)
 
@@ -61,14 +39,7 @@ def non_negative_float(name: str, value: Any) -> float:
     Raises:
         ValueError: If ``value`` is negative, NaN, infinite or not a real number.
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
-    return float(value)
+    return non_negative_number(name, value)
 
 
 def optional_seed(value: Any, name: str = "seed") -> int | None:
@@ -84,11 +55,7 @@ def optional_seed(value: Any, name: str = "seed") -> int | None:
     Raises:
         ValueError: If ``value`` is neither ``None`` nor a non-negative integer.
     """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} ({value!r}) must be None or a non-negative integer")
-    return int(value)
+    return non_negative_int(name, value, none_ok=True)
 
 
 def distinct_rows_fit(

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ostinato.device._checks import optional_seed, positive_int
+from ostinato.device._checks import optional_seed
 from ostinato.device._dispatch import backend_class
 from ostinato.device.spec import ColumnSpec, make_specs
+from ostinato.validate import positive_int
 
 
 class DeviceBuffer:

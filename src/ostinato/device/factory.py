@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from ostinato.device.priority import PriorityReplayBuffer
 from ostinato.device.uniform import UniformReplayBuffer
+from ostinato.validate import positive_int
 
 _TYPES: dict[str, type] = {
     "UniformReplayBuffer": UniformReplayBuffer,
@@ -55,8 +55,7 @@ def _one(config: Mapping[str, Any], where: str) -> Any:
         elif arg not in params:
             raise ValueError(f"{where} needs {key!r} (or params[{arg!r}])")
     number = config.get("number", 1)
-    if isinstance(number, bool) or not isinstance(number, numbers.Integral) or number < 1:
-        raise ValueError(f"{where}['number'] ({number!r}) must be a positive integer")
+    positive_int(f"{where}['number']", number)
     if number == 1:
         return cls(**params)
     seed = params.get("seed")

@@ -14,10 +14,9 @@ since it was sampled (MindSpore's newer GPU kernel does the same; its CPU kernel
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
 
-from ostinato.device._checks import positive_int
+from ostinato.validate import is_int, positive_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +85,7 @@ class RingCursor:
             IndexError: If the index is out of range.
             TypeError: If ``index`` is not an integer.
         """
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+        if not is_int(index):
             if hasattr(index, "__index__"):
                 index = index.__index__()
             else:

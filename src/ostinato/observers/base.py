@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import optree
 
 from ostinato.observers.steps import GymEpisode
+from ostinato.validate import is_real
 from ostinato.writers.columns import ColumnHistory
 
 _log = logging.getLogger("ostinato.observers")
@@ -33,16 +33,9 @@ def table_names(table_name: Any) -> tuple[str, ...]:
     return names
 
 
-def positive_int(value: Any, name: str) -> int:
-    """``value`` as an int >= 1; ValueError quoting it otherwise (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} ({value!r}) must be a positive integer")
-    return int(value)
-
-
 def priority_value(value: Any, name: str = "priority") -> float:
     """``value`` as a float priority; a real, finite, non-NaN number (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+    if not is_real(value) or \
             not math.isfinite(float(value)):
         raise ValueError(f"{name} ({value!r}) must be a finite real number")
     return float(value)

@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 import optree
 
-from ostinato.observers.base import ObserverBase, positive_int
+from ostinato.observers.base import ObserverBase
 from ostinato.observers.episode import EpisodeObserver
 from ostinato.observers.trajectory import TrajectoryObserver, TrajectorySequenceObserver
+from ostinato.validate import positive_int
 
 NEXT_STEP = "NextStep"
 SAME_STEP = "SameStep"
@@ -120,7 +121,7 @@ class BatchedObserver:
             autoreset_mode = env_mode
         if num_envs is None:
             raise ValueError("num_envs (None) must be a positive integer (or pass env=)")
-        self._num_envs = positive_int(num_envs, "num_envs")
+        self._num_envs = positive_int("num_envs", num_envs)
         self._mode = autoreset_mode_name(NEXT_STEP if autoreset_mode is None else autoreset_mode)
         self._split = _Splitter(self._num_envs)
         self._observers: list[ObserverBase] = []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from ostinato.observers.base import ObserverBase, _log, flag
 from ostinato.observers.steps import is_boundary
+from ostinato.validate import is_int
 
 
 class EpisodeObserver(ObserverBase):
@@ -38,8 +38,7 @@ class EpisodeObserver(ObserverBase):
                  priority: float = 1, bypass_partial_episodes: bool = False, *,
                  validate_items: bool = True):
         super().__init__(py_client, table_name, priority, validate_items=validate_items)
-        if isinstance(max_sequence_length, bool) or \
-                not isinstance(max_sequence_length, numbers.Integral) or max_sequence_length <= 0:
+        if not is_int(max_sequence_length) or max_sequence_length <= 0:
             raise ValueError("`max_sequence_length` must be an integer greater equal one "
                              f"(got {max_sequence_length!r}).")
         self._max_sequence_length = int(max_sequence_length)

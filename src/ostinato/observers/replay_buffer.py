@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,8 @@ from ostinato.client import Client
 from ostinato.core.specs import is_spec_like
 from ostinato.core.table_info import TableInfo
 from ostinato.observers._elements import ElementPlan, JaxDataset, NumpyDataset, torch_dataset
-from ostinato.observers.base import flag, positive_int
+from ostinato.observers.base import flag
+from ostinato.validate import is_int, positive_int
 
 #: TF-Agents' default table name (``reverb_replay_buffer.DEFAULT_TABLE``).
 DEFAULT_TABLE = "experience"
@@ -22,14 +22,14 @@ _FRAMEWORKS = ("numpy", "torch", "jax", "tf")
 
 
 def _int_or_auto(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
+    if not is_int(value) or \
             (value < 1 and value != -1):
         raise ValueError(f"{name} ({value!r}) must be a positive integer or -1 (auto)")
     return int(value)
 
 
 def _optional_positive(value: Any, name: str) -> int | None:
-    return None if value is None else positive_int(value, name)
+    return None if value is None else positive_int(name, value)
 
 
 def _has_list(tree: Any) -> bool:
@@ -114,14 +114,12 @@ class ReplayBuffer:
         self._sequence_length = _optional_positive(sequence_length, "sequence_length")
         self._dataset_buffer_size = _optional_positive(dataset_buffer_size,
                                                        "dataset_buffer_size")
-        self._max_cycle_length = positive_int(max_cycle_length, "max_cycle_length")
+        self._max_cycle_length = positive_int("max_cycle_length", max_cycle_length)
         self._num_workers_per_iterator = _int_or_auto(num_workers_per_iterator,
                                                       "num_workers_per_iterator")
         self._max_samples_per_stream = _int_or_auto(max_samples_per_stream,
                                                     "max_samples_per_stream")
-        if isinstance(rate_limiter_timeout_ms, bool) or \
-                not isinstance(rate_limiter_timeout_ms, numbers.Integral) or \
-                rate_limiter_timeout_ms < -1:
+        if not is_int(rate_limiter_timeout_ms) or rate_limiter_timeout_ms < -1:
             raise ValueError(f"rate_limiter_timeout_ms ({rate_limiter_timeout_ms!r}) must be an "
                              "integer >= -1 (-1 waits forever)")
         self._rate_limiter_timeout_ms = int(rate_limiter_timeout_ms)

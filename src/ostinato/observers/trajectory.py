@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ostinato.observers.base import ObserverBase, flag, positive_int
+from ostinato.observers.base import ObserverBase, flag
 from ostinato.observers.steps import check_step, is_boundary, padding_step
+from ostinato.validate import positive_int
 
 
 class TrajectoryObserver(ObserverBase):
@@ -62,8 +63,8 @@ class TrajectoryObserver(ObserverBase):
                  pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False, *,
                  validate_items: bool = True):
         super().__init__(py_client, table_name, priority, validate_items=validate_items)
-        self._sequence_length = positive_int(sequence_length, "sequence_length")
-        self._stride_length = positive_int(stride_length, "stride_length")
+        self._sequence_length = positive_int("sequence_length", sequence_length)
+        self._stride_length = positive_int("stride_length", stride_length)
         self._pad_end_of_episodes = flag(pad_end_of_episodes, "pad_end_of_episodes")
         self._tile_end_of_episodes = flag(tile_end_of_episodes, "tile_end_of_episodes")
         if self._tile_end_of_episodes and not self._pad_end_of_episodes:

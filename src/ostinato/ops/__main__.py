@@ -2,6 +2,6 @@
 
 import sys
 
-from ostinato.ops.cli import main
+from ostinato.ops.ostinato_cli import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """Prometheus metrics, built at scrape time from what the server and the writers count anyway.
 
 Nothing here runs on the paths that insert or sample: a scrape calls ``server.metrics()``
-(:mod:`ostinato.ops.stats`) and :data:`ostinato.core.stats.CLIENT` and turns the values into
+(:mod:`ostinato.ops.stats`) and :data:`ostinato.core.client_stats.CLIENT` and turns the values into
 metric families (a custom ``Collector``), so metrics cost nothing between scrapes.
 
 * ``Server(..., metrics_port=9090)`` / ``ostinato-server --metrics-port 9090``: the server's
@@ -21,7 +21,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ostinato.core.stats import CLIENT
+from ostinato import validate
+from ostinato.core.client_stats import CLIENT
 
 #: (field of ``metrics()["tables"][name]``, metric name, type, help); label ``table``.
 TABLE_METRICS: tuple[tuple[str, str, str, str], ...] = (
@@ -338,8 +339,7 @@ def serve(port: int, *, server: Any = None, host: str = "0.0.0.0",
       ImportError: prometheus-client is not installed (``pip install 'ostinato[metrics]'``).
       ValueError: the port is in use or cannot be bound.
     """
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
-        raise ValueError(f"port ({port!r}) must be an integer in 0..65535")
+    validate.port("port", port)
     pc = require_prometheus()
     reg = registry(server, process)
     addr = host.strip("[]") if host else "0.0.0.0"

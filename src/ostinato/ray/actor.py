@@ -48,15 +48,15 @@ def table_spec(tables: Any) -> tuple[tuple[str, Any], dict[str, Any]]:
     Returns ``(spec, settings)``: ``spec`` is ``("factory", callable)`` or ``("config", dict)``;
     ``settings`` holds the checkpoint fields of a config (``{}`` for a factory).
     """
-    from ostinato import cli
+    from ostinato import server_config
 
     if isinstance(tables, (str, os.PathLike)):
-        config = cli.load_config(os.fspath(tables))  # read here: nodes need not see the file
+        config = server_config.load_config(os.fspath(tables))  # read here: nodes need not see the file
         return table_spec(config)
     if isinstance(tables, Mapping):
         config = dict(tables)
-        cli.tables_from_config(config)  # fails here, with the field named, not in an actor
-        settings = cli.server_settings(config)
+        server_config.tables_from_config(config)  # fails here, with the field named, not in an actor
+        settings = server_config.server_settings(config)
         if settings["port"] is not None:
             raise ValueError(f"tables: the config sets port ({settings['port']}), which several "
                              "shards cannot share; remove it and pass ports=[...] (one per shard) "
@@ -74,12 +74,12 @@ def table_spec(tables: Any) -> tuple[tuple[str, Any], dict[str, Any]]:
 
 
 def build_tables(spec: tuple[str, Any]) -> list[Any]:
-    from ostinato import cli
+    from ostinato import server_config
     from ostinato.core.table import Table
 
     kind, value = spec
     if kind == "config":
-        return cli.tables_from_config(value)
+        return server_config.tables_from_config(value)
     made = value()
     if not isinstance(made, (list, tuple)) or not made \
             or not all(isinstance(t, Table) for t in made):

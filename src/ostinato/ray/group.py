@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ostinato import validate
 from ostinato.ray.actor import (
     STRATEGIES,
     ShardInfo,
@@ -16,6 +17,7 @@ from ostinato.ray.actor import (
     free_port,
     table_spec,
 )
+from ostinato.validate import is_int, is_real, positive_int
 
 _log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class ShardGroup:
         n = len(self._addresses)
         if first_shard is None:
             first_shard = random.randrange(n)
-        if isinstance(first_shard, bool) or not isinstance(first_shard, int) \
+        if not is_int(first_shard) \
                 or not 0 <= first_shard < n:
             raise ValueError(f"first_shard ({first_shard!r}) must be None or in 0..{n - 1}")
         client_kwargs.setdefault("token", self._token)
@@ -113,7 +115,7 @@ class ShardGroup:
         ``restart``, Ray restarts it, and it restores its newest checkpoint."""
         import ray
 
-        if isinstance(index, bool) or not isinstance(index, int) \
+        if not is_int(index) \
                 or not 0 <= index < len(self._actors):
             raise ValueError(f"index ({index!r}) must be in 0..{len(self._actors) - 1}")
         ray.kill(self._actors[index], no_restart=not restart)
@@ -294,13 +296,12 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards ({num_shards!r}) must be a positive integer")
+    positive_int("num_shards", num_shards)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy ({strategy!r}) must be one of {', '.join(STRATEGIES)}")
-    if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:
+    if not is_real(num_cpus) or num_cpus < 0:
         raise ValueError(f"num_cpus ({num_cpus!r}) must be a number >= 0")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+    if not is_int(max_restarts) or max_restarts < -1:
         raise ValueError(f"max_restarts ({max_restarts!r}) must be -1 (always) or >= 0")
     if detached and not name:
         raise ValueError("detached=True needs a name (to find and end the group later)")
@@ -318,8 +319,7 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         raise ValueError("checkpoint_every_seconds and checkpoint_keep need a checkpoint_dir")
     if every is not None and not every > 0:
         raise ValueError(f"checkpoint_every_seconds ({every!r}) must be > 0")
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"checkpoint_keep ({keep!r}) must be a positive integer")
+    positive_int("checkpoint_keep", keep, none_ok=True)
     port_list = _port_list(ports, num_shards)
     bundle = {"CPU": float(num_cpus), **{k: float(v) for k, v in (resources or {}).items()}}
     bundle = {k: v for k, v in bundle.items() if v > 0}
@@ -407,8 +407,8 @@ def _port_list(ports: int | Sequence[int] | None, n: int) -> list[int] | None:
     else:
         raise TypeError(f"ports ({ports!r}) must be None, a first port or a list of ports")
     for p in out:
-        if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
-            raise ValueError(f"ports ({ports!r}): {p!r} is not a port in 1..65535")
+        if not is_int(p) or not 0 < p <= validate.MAX_PORT:
+            raise ValueError(f"ports ({ports!r}): {p!r} is not a port in 1..{validate.MAX_PORT}")
     if len(set(out)) != len(out):
         raise ValueError(f"ports ({ports!r}) must not repeat a port")
     return out

@@ -1,7 +1,7 @@
-"""``python -m ostinato.rlds``: the ``ostinato-ingest`` command (see :mod:`ostinato.rlds.cli`)."""
+"""``python -m ostinato.rlds``: the ``ostinato-ingest`` command (see :mod:`ostinato.rlds.ingest_cli`)."""
 
 import sys
 
-from ostinato.rlds.cli import main
+from ostinato.rlds.ingest_cli import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """Whole, checked episodes from a stream of trajectories into an observer or tables.
 
-:class:`Delivery` takes :class:`~ostinato.rlds.steps.TrajectoryChunk` s in order and hands a
+:class:`UnitWriter` takes :class:`~ostinato.rlds.steps.TrajectoryChunk` s in order and hands a
 sink one *unit* at a time: the trajectories up to and including a boundary (``step_type``
 LAST), or up to a change of episode. A unit is handed over only once every step of it was
 checked, so a malformed step raises before anything of its episode reaches the sink (units
@@ -22,6 +22,7 @@ import optree
 
 from ostinato.rlds.steps import TrajectoryChunk
 from ostinato.rlds.trajectory import StepType
+from ostinato.validate import is_real, positive_int
 
 _log = logging.getLogger("ostinato.rlds")
 
@@ -70,7 +71,7 @@ class Progress:
         return line
 
 
-class Delivery:
+class UnitWriter:
     """Groups trajectory chunks into units and writes each whole, checked unit to a sink.
 
     Args:
@@ -214,29 +215,27 @@ class TableSink:
                  pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
                  timeout: float | None = None, max_pending_items: int | None = None,
                  max_steps_per_second: float | None = None):
-        from ostinato.observers.base import flag, positive_int, priority_value, table_names
+        from ostinato.observers.base import flag, priority_value, table_names
 
         if client is None or not callable(getattr(client, "trajectory_writer", None)):
             raise ValueError(f"client ({client!r}) must be an ostinato Client")
         self._tables = table_names(tables)
-        self._length = positive_int(sequence_length, "sequence_length")
-        self._stride = positive_int(stride_length, "stride_length")
+        self._length = positive_int("sequence_length", sequence_length)
+        self._stride = positive_int("stride_length", stride_length)
         self._priority = priority_value(priority)
         self._pad = flag(pad_end_of_episodes, "pad_end_of_episodes")
         self._tile = flag(tile_end_of_episodes, "tile_end_of_episodes")
         if self._tile and not self._pad:
             raise ValueError("Must set `pad_end_of_episodes=True` when using "
                              "`tile_end_of_episodes`")
-        if timeout is not None and (isinstance(timeout, bool) or
-                                    not isinstance(timeout, (int, float)) or not timeout >= 0):
+        if timeout is not None and (not is_real(timeout) or not timeout >= 0):
             raise ValueError(f"timeout ({timeout!r}) must be None or a number of seconds >= 0")
         self._timeout_ms = _timeout_ms(timeout)
         self._max_pending = (None if max_pending_items is None
-                             else positive_int(max_pending_items, "max_pending_items"))
+                             else positive_int("max_pending_items", max_pending_items))
         self._created = 0
         if max_steps_per_second is not None and (
-                isinstance(max_steps_per_second, bool)
-                or not isinstance(max_steps_per_second, (int, float))
+                not is_real(max_steps_per_second)
                 or not max_steps_per_second > 0):
             raise ValueError(f"max_steps_per_second ({max_steps_per_second!r}) must be None or "
                              "a number > 0")

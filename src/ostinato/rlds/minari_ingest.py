@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink, table_signature
+from ostinato.rlds.ingest import ObserverSink, Progress, TableSink, UnitWriter, table_signature
 from ostinato.rlds.specs import spec_mismatch
 from ostinato.rlds.steps import Converter, MalformedEpisodeError, StepChunk
 from ostinato.rlds.trajectory import trajectory_class
@@ -213,7 +213,7 @@ def check_minari_signature(table_signature: Any, dataset: Any) -> None:
 
 def _push(dataset: Any, sink: Any, progress: bool | None) -> int:
     bar = Progress(progress, "Minari -> table")
-    delivery = Delivery(sink, bar, MalformedEpisodeError)
+    units = UnitWriter(sink, bar, MalformedEpisodeError)
     converter = Converter(trajectory_class(import_tf_agents=False), stack_dict_features=False)
     failed = True
     try:
@@ -226,16 +226,16 @@ def _push(dataset: Any, sink: Any, progress: bool | None) -> int:
             except MalformedEpisodeError as e:
                 # Every episode before this one is whole: its last step's next step is a
                 # first step, as the padding step is.
-                delivery.feed(converter.finish())
-                delivery.finish()
-                raise delivery.fail(str(e)) from None
-            delivery.feed(converter.feed(chunk))
-        delivery.feed(converter.finish())
-        delivery.finish()
+                units.feed(converter.finish())
+                units.finish()
+                raise units.fail(str(e)) from None
+            units.feed(converter.feed(chunk))
+        units.feed(converter.finish())
+        units.finish()
         failed = False
     finally:
-        bar.finish(delivery.written, delivery.episodes, failed)
-    return delivery.written
+        bar.finish(units.written, units.episodes, failed)
+    return units.written
 
 
 def push_minari_to_reverb(dataset: Any, observer: Any, *, progress: bool | None = None) -> int:

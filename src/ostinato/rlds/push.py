@@ -15,7 +15,7 @@ from ostinato.rlds.convert import (
     add_outer_dim,
     create_trajectory_data_spec,
 )
-from ostinato.rlds.ingest import Delivery, ObserverSink, Progress, TableSink, table_signature
+from ostinato.rlds.ingest import ObserverSink, Progress, TableSink, UnitWriter, table_signature
 from ostinato.rlds.specs import flat_paths as _flat
 from ostinato.rlds.specs import spec_mismatch
 from ostinato.rlds.steps import Converter, TrajectoryChunk
@@ -91,12 +91,12 @@ def _invalid_argument(message: str) -> Exception:
     return tf.errors.InvalidArgumentError(None, None, message)
 
 
-def _push_columns(rlds_data: Any, delivery: Delivery) -> None:
+def _push_columns(rlds_data: Any, units: UnitWriter) -> None:
     """The fast path: steps read in batches, converted with numpy."""
     converter = Converter(trajectory_class())
     for chunk in step_chunks(rlds_data):
-        delivery.feed(converter.feed(chunk))
-    delivery.feed(converter.finish())
+        units.feed(converter.feed(chunk))
+    units.feed(converter.finish())
 
 
 def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None
@@ -109,7 +109,7 @@ def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None
 
 
 def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
-                   delivery: Delivery) -> None:
+                   units: UnitWriter) -> None:
     """With ``policy_info_fn`` or steps of unknown shapes: converted by tf.data, per step."""
     dataset = _indexed_trajectories(rlds_data, policy_info_fn, lazy_errors=False)
     check_shapes = not _fully_defined(dataset)  # else tf.data guarantees them
@@ -131,31 +131,31 @@ def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
                 error_type = ValueError
         if failure is not None:
             if elements:
-                delivery.feed(_stack(elements, (len(elements), failure)), error_type)
-            raise delivery.fail(failure, error_type)
+                units.feed(_stack(elements, (len(elements), failure)), error_type)
+            raise units.fail(failure, error_type)
         elements.append((episode, step, traj))
         if len(elements) >= _BATCH:
-            delivery.feed(_stack(elements, None))
+            units.feed(_stack(elements, None))
             elements = []
     if elements:
-        delivery.feed(_stack(elements, None))
+        units.feed(_stack(elements, None))
 
 
 def _push(rlds_data: Any, sink: Any, policy_info_fn: PolicyInfoFn | None,
           progress: bool | None) -> int:
     bar = Progress(progress, "RLDS -> table")
-    delivery = Delivery(sink, bar, _invalid_argument)
+    units = UnitWriter(sink, bar, _invalid_argument)
     failed = True
     try:
         if policy_info_fn is None and can_read_columns(rlds_data):
-            _push_columns(rlds_data, delivery)
+            _push_columns(rlds_data, units)
         else:
-            _push_elements(rlds_data, policy_info_fn, delivery)
-        delivery.finish()
+            _push_elements(rlds_data, policy_info_fn, units)
+        units.finish()
         failed = False
     finally:
-        bar.finish(delivery.written, delivery.episodes, failed)
-    return delivery.written
+        bar.finish(units.written, units.episodes, failed)
+    return units.written
 
 
 def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,

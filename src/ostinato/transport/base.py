@@ -13,7 +13,7 @@ from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.core.table_info import TableInfo
-from ostinato.writers.delivery import WriterStream
+from ostinato.transport.streams import WriterStream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
                       max_pending: int | None = None) -> WriterStream:
-        """A :class:`~ostinato.writers.delivery.WriterStream` for one writer.
+        """A :class:`~ostinato.transport.streams.WriterStream` for one writer.
 
         Args:
           keep_keys: names the chunks the writer may still refer to (a network stream keeps

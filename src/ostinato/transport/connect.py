@@ -2,7 +2,7 @@
 
 * an address served by a :class:`~ostinato.Server` of this process -> the in-process transport
   (unless the client asked for ``in_process=False``);
-* any other address -> the gRPC transport (:mod:`ostinato.wire.transport`, imported only then);
+* any other address -> the gRPC transport (:mod:`ostinato.wire.grpc_transport`, imported only then);
 * several addresses -> a :class:`~ostinato.transport.sharded.ShardedTransport` over one
   transport per address.
 """
@@ -22,7 +22,7 @@ def connect(addresses: list[str], options: dict[str, Any], in_process: bool | No
 
     Args:
       addresses: one or more ``host:port`` addresses.
-      options: keyword arguments of :class:`~ostinato.wire.transport.ClientOptions`.
+      options: keyword arguments of :class:`~ostinato.wire.grpc_transport.ClientOptions`.
       in_process: ``None`` uses an in-process server when there is one at an address,
         ``False`` always goes over gRPC, ``True`` requires an in-process server.
 
@@ -44,6 +44,6 @@ def _connect_one(address: str, options: dict[str, Any], in_process: bool | None)
         if in_process:
             raise errors.UnavailableError(
                 f"No Ostinato server is running at {address} in this process.", address)
-    from ostinato.wire.transport import ClientOptions, GrpcTransport
+    from ostinato.wire.grpc_transport import ClientOptions, GrpcTransport
 
     return GrpcTransport(address, ClientOptions(**options))

@@ -15,7 +15,7 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.table import Table
 from ostinato.core.table_info import TableInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.writers.delivery import DEFAULT_MAX_PENDING_ITEMS, Delivery
+from ostinato.transport.streams import DEFAULT_MAX_PENDING_ITEMS, Delivery
 
 
 class InProcessTransport(Transport):
@@ -94,5 +94,5 @@ class InProcessTransport(Transport):
     def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
                       max_pending: int | None = None) -> Delivery:
         """Items go straight into the tables; those the rate limiter holds back wait in one
-        queue delivered by one thread (:class:`~ostinato.writers.delivery.Delivery`)."""
+        queue delivered by one thread (:class:`~ostinato.transport.streams.Delivery`)."""
         return Delivery(self, DEFAULT_MAX_PENDING_ITEMS if max_pending is None else max_pending)

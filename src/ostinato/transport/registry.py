@@ -13,6 +13,8 @@ import socket
 import threading
 from typing import Any
 
+from ostinato import validate
+
 #: Host parts that name this machine as seen by a server bound to it.
 _THIS_HOST = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", "[::]", "::", ""}
 
@@ -29,8 +31,8 @@ def parse_address(address: str) -> tuple[str, int]:
         port = int(port_s)
     except ValueError:
         raise ValueError(f"server_address ({address!r}) has a non-numeric port") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"server_address ({address!r}) has a port outside 1..65535")
+    if not 0 < port <= validate.MAX_PORT:
+        raise ValueError(f"server_address ({address!r}) has a port outside 1..{validate.MAX_PORT}")
     return host, port
 
 
@@ -119,7 +121,7 @@ def unregister(port: int, server: Any) -> None:
             del _servers[port]
 
 
-def port_in_use(port: int) -> bool:
+def has_server(port: int) -> bool:
     """True if a server of this process serves ``port``."""
     with _lock:
         return port in _servers

@@ -39,7 +39,7 @@ from ostinato.core.items import SampleBatch
 from ostinato.core.keys import key_array
 from ostinato.core.table_info import RateLimiterCallStats, TableInfo
 from ostinato.transport.base import TableMeta, Transport
-from ostinato.writers.delivery import WriterStream
+from ostinato.transport.streams import WriterStream
 
 _KEY_MEMORY = 1_000_000
 #: Seconds a shard that could not be reached is left out of sampling.

@@ -26,7 +26,7 @@ import numpy as np
 from ostinato.core.signature import MAX_DIMS
 from ostinato.core.specs import dtype_from_str, dtype_to_str
 from ostinato.errors import DecodeError
-from ostinato.wire import fresh
+from ostinato.wire import prefaulted_copy
 
 RAW = 0
 ZSTD = 1
@@ -95,10 +95,10 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
         z = req(seg, "z", int, "segment")
         if not 0 <= z <= len(data) - off:
             raise DecodeError(f"segment payload of {z} bytes exceeds the message")
-        if z >= fresh.MIN_BYTES:
+        if z >= prefaulted_copy.MIN_BYTES:
             if base is None:
-                base = fresh.address_of(data)
-            seg["b"] = fresh.copy_out(data, base, off, z)
+                base = prefaulted_copy.address_of(data)
+            seg["b"] = prefaulted_copy.copy_out(data, base, off, z)
         elif type(data) is bytes:
             seg["b"] = data[off:off + z]
         else:

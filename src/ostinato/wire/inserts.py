@@ -127,7 +127,7 @@ class InsertSession:
 
     def _check_expansion(self, segments: list[Any]) -> None:
         """Bounds what the request's rows expand to, from the sizes its segments declare,
-        before any is inflated, copied out of a ring or decoded (DESIGN.md 3.4)."""
+        before any is inflated, copied out of a ring or decoded (docs/architecture.md)."""
         limit = self._max_inflated
         total = 0
         for m in segments:
@@ -307,7 +307,7 @@ class InsertSession:
         if sig is None:
             return
         layout: tuple[Any, ...]
-        if type(packed[0]) is Chunk:
+        if items_lib.is_flat(packed):
             layout = tuple([(id(x.spec), n) for x, n in zip(packed[0::3], packed[2::3])])
         else:
             layout = tuple([tuple([(id(x[0].spec), x[2]) for x in col]) for col in packed])

@@ -26,7 +26,7 @@ class Outbox:
         self.in_flight: deque[list[Entry]] = deque()  # one batch per request awaiting its ack
         self.ring_cost: deque[int] = deque()  # ring bytes each request in flight holds
         self.sent_at: deque[tuple[float, int]] = deque()  # per request: (when sent, items)
-        self._stats = stats  # ostinato.core.stats target: confirmation latency per request
+        self._stats = stats  # ostinato.core.client_stats target: confirmation latency per request
         self.n_in_flight = 0
         self.n_encoding = 0  # items of the batch being encoded into a request
         self.retry_keys: set[int] = set()  # keys of items resent after a broken connection

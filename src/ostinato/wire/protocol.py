@@ -143,7 +143,7 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
         return None
     width = len(trajs[0])
-    if all(type(t[0]) is Chunk and len(t) == width for t in trajs):
+    if all(items_lib.is_flat(t) and len(t) == width for t in trajs):
         return _columnar_flat(trajs)
     per_item = [items_lib.columns(t) for t in trajs]
     ncols = len(per_item[0])

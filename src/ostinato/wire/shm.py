@@ -47,7 +47,7 @@ import weakref
 from typing import Any
 
 from ostinato.errors import ShmError
-from ostinato.wire import fresh
+from ostinato.wire import prefaulted_copy
 
 SHM_DIR = "/dev/shm"
 #: A ring's file starts with this magic and the 16-byte nonce; data starts at ``HEADER_BYTES``.
@@ -205,7 +205,7 @@ class Mapping:
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 raise ShmError(f"{path} is not a regular file of {size} bytes")
             os.set_blocking(fd, True)
-            head = fresh.pread_out(fd, 0, len(MAGIC) + NONCE_BYTES)
+            head = prefaulted_copy.pread_out(fd, 0, len(MAGIC) + NONCE_BYTES)
         except (OSError, EOFError) as e:
             os.close(fd)
             raise ShmError(f"cannot read {path}: {e}") from None
@@ -239,7 +239,7 @@ class Mapping:
             if fd is None:
                 raise ShmError(f"ring {self.path} is closed")
             try:
-                return fresh.pread_out(fd, offset, n)
+                return prefaulted_copy.pread_out(fd, offset, n)
             except EOFError as e:
                 raise ShmError(f"ring {self.path} was truncated by its writer: {e}") from None
             except OSError as e:

@@ -7,7 +7,7 @@ Three parts, each with one job:
   ``max_pending`` applies to); in :mod:`ostinato.wire.outbox`, re-exported here.
 * :class:`RequestEncoder` -- turns a batch of items into one request, sending every row once per
   connection (inline, zstd where it pays, or through a shared-memory ring on this host).
-* :class:`GrpcWriterStream` -- the :class:`~ostinato.writers.delivery.WriterStream` itself: the
+* :class:`GrpcWriterStream` -- the :class:`~ostinato.transport.streams.WriterStream` itself: the
   gRPC call, its two threads (gRPC's, which pulls requests as the call can take them, and ours,
   which reads acknowledgements), reconnection with backoff and the resending of unconfirmed
   items.
@@ -26,9 +26,9 @@ import grpc
 
 from ostinato import errors
 from ostinato.core.chunks import Chunk
+from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
-from ostinato.core.items import chunk_refs
-from ostinato.core.stats import CLIENT
+from ostinato.core.items import chunk_refs, is_flat
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.outbox import MAX_REQUEST_ITEMS, Entry, Outbox  # noqa: F401 - re-exported
@@ -50,7 +50,7 @@ class RequestEncoder:
     """Encodes batches of items into Insert requests for one connection, each row once.
 
     Args:
-      transport: the :class:`~ostinato.wire.transport.GrpcTransport` (options, and whether
+      transport: the :class:`~ostinato.wire.grpc_transport.GrpcTransport` (options, and whether
         this host may offer the server a shared-memory ring).
     """
 
@@ -126,7 +126,7 @@ class RequestEncoder:
             if ti is None:
                 ti = tables[table] = len(tables)
             cols = []
-            if type(packed[0]) is Chunk:  # one slice per column: the common case
+            if is_flat(packed):  # one slice per column: the common case
                 for i in range(0, len(packed), 3):
                     chunk = packed[i]
                     ck = chunk.key

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optree
@@ -11,6 +11,9 @@ import optree
 from ostinato import errors
 from ostinato.writers.packing import pack_columns
 from ostinato.writers.trajectory_writer import TrajectoryWriter
+
+if TYPE_CHECKING:
+    from ostinato.transport.base import Transport
 
 _log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ class Writer:
         (``None`` = 1,000,000).
     """
 
-    def __init__(self, transport: Any, max_sequence_length: int, *, delta_encoded: bool = False,
+    def __init__(self, transport: Transport, max_sequence_length: int, *, delta_encoded: bool = False,
                  chunk_length: int | None = None, max_in_flight_items: int | None = 25):
         if not isinstance(max_sequence_length, (int, np.integer)) or max_sequence_length < 1:
             raise ValueError(f"max_sequence_length ({max_sequence_length}) must be a positive integer")

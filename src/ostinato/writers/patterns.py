@@ -32,13 +32,15 @@ from typing import Any, NewType
 import numpy as np
 import optree
 
+from ostinato.validate import is_int
+
 # -- the config messages ---------------------------------------------------------------------------
 
 
 def _int_or_none(value: Any, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         raise TypeError(f"{name} ({value!r}) must be an int or None")
     return int(value)
 
@@ -337,7 +339,7 @@ def td_error(max_priority_weight: float, step_structure: Any,
     """
     leaves, spec = _flatten_step(step_structure)
     index = get_field_from_step_fn(optree.tree_unflatten(spec, list(range(len(leaves)))))
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+    if not is_int(index):
         raise ValueError(
             f"get_field_from_step_fn must select one leaf of the step, got {index!r}")
     return Priority(td_error=TDError(max_priority_weight=float(max_priority_weight),
@@ -369,7 +371,7 @@ def unpack_pattern(config: Config) -> Pattern:
 
 
 def _check_int(cmp: Any) -> int:
-    if isinstance(cmp, bool) or not isinstance(cmp, (int, np.integer)):
+    if not is_int(cmp):
         raise TypeError(f"Conditions compare with ints, got {cmp!r}")
     return int(cmp)
 

@@ -47,7 +47,7 @@ Differences from Reverb (each where Reverb failed silently or crashed):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optree
@@ -55,6 +55,9 @@ import optree
 from ostinato import errors
 from ostinato.writers.pattern_validation import CompiledConfig, compile_configs
 from ostinato.writers.trajectory_writer import TrajectoryWriter
+
+if TYPE_CHECKING:
+    from ostinato.transport.base import Transport
 
 
 def _age(key: Any) -> int:
@@ -233,7 +236,7 @@ class StructuredWriter:
       TableNotFoundError: a config names a table the server does not have.
     """
 
-    def __init__(self, transport: Any, configs: Sequence[Any], *,
+    def __init__(self, transport: Transport, configs: Sequence[Any], *,
                  max_pending_items: int | None = None):
         self._engine = PatternEngine(configs)
         checked: set[str] = set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optree
@@ -14,9 +14,13 @@ from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.core.signature import check_columns
+from ostinato.validate import is_int, positive_int
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.packing import pack_columns
+
+if TYPE_CHECKING:
+    from ostinato.transport.base import Transport
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class TrajectoryWriter:
     Obtain one with ``client.trajectory_writer(num_keep_alive_refs)``. Not thread-safe: use one
     writer per thread.
 
-    Items are handed to the writer's stream (:mod:`ostinato.writers.delivery`) as soon as they
+    Items are handed to the writer's stream (:mod:`ostinato.transport.streams`) as soon as they
     are created and delivered in order; at most ``max_pending_items`` may wait for their tables
     (rate limiters, the network), after which ``create_item`` blocks.
 
@@ -62,20 +66,15 @@ class TrajectoryWriter:
       ...             w.create_item("replay", 1.0, {"obs": w.history["obs"][-3:]})
     """
 
-    def __init__(self, transport: Any, num_keep_alive_refs: int, *, validate_items: bool = True,
+    def __init__(self, transport: Transport, num_keep_alive_refs: int, *, validate_items: bool = True,
                  max_chunk_length: int | None = None, max_pending_items: int | None = None,
                  signature_timeout_ms: int | None = None):
-        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, (int, np.integer)) \
-                or num_keep_alive_refs < 1:
-            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        positive_int("num_keep_alive_refs", num_keep_alive_refs)
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
-        if max_pending_items is not None and (isinstance(max_pending_items, bool) or not isinstance(
-                max_pending_items, (int, np.integer)) or max_pending_items < 1):
-            raise ValueError(f"max_pending_items ({max_pending_items!r}) must be None or a "
-                             "positive integer")
-        if signature_timeout_ms is not None and (isinstance(signature_timeout_ms, bool) or not isinstance(
-                signature_timeout_ms, (int, np.integer)) or signature_timeout_ms < 0):
+        positive_int("max_pending_items", max_pending_items, none_ok=True)
+        if signature_timeout_ms is not None and (not is_int(signature_timeout_ms)
+                                                 or signature_timeout_ms < 0):
             raise ValueError(f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
                              "a non-negative integer (milliseconds)")
         self._signature_timeout_ms = None if signature_timeout_ms is None else int(signature_timeout_ms)

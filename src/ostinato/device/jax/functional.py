@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ostinato.device._checks import distinct_rows_fit, positive_int, unit_float
+from ostinato.device._checks import distinct_rows_fit, unit_float
 from ostinato.device.jax import flat, sum_tree
 from ostinato.device.spec import (
     ColumnSpec,
@@ -36,6 +36,7 @@ from ostinato.device.spec import (
     make_specs,
     split_batch,
 )
+from ostinato.validate import positive_int
 
 INT32_MAX = 2**31 - 1
 

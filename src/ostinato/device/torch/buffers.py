@@ -15,7 +15,33 @@ from ostinato.device.torch.storage import TensorStorage
 from ostinato.device.uniform import UniformReplayBuffer
 
 
-class TorchUniformReplayBuffer(UniformReplayBuffer):
+class _StorageAndSampler:
+    """What both torch buffers do the same way, through their :attr:`storage` (a
+    :class:`~ostinato.device.torch.TensorStorage`) and :attr:`sampler`."""
+
+    storage: TensorStorage
+    sampler: Any
+
+    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:  # noqa: D102
+        return self.storage.read(index)
+
+    def reset(self) -> bool:  # noqa: D102
+        self.storage.reset()
+        self.sampler.reset()
+        return True
+
+    def size(self) -> int:  # noqa: D102
+        return self.storage.ring.size
+
+    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+        self.storage.load_state_dict(state["storage"])
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class TorchUniformReplayBuffer(_StorageAndSampler, UniformReplayBuffer):
     """:class:`~ostinato.device.UniformReplayBuffer` on a torch device.
 
     Built from two composable pieces: :attr:`storage` (a
@@ -37,15 +63,13 @@ class TorchUniformReplayBuffer(UniformReplayBuffer):
         self.device = self.storage.device
         self.sampler = UniformSampler(self.device, self.seed)
 
-    def insert(self, exp: Sequence[Any]) -> None:  # documented on the base
+    def insert(self, exp: Sequence[Any]) -> None:  # noqa: D102 - documented on the base
         storage = self.storage
         tensors, rows, single = storage.prepare(exp)
         storage.write(tensors, rows, single)
 
-    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:
-        return self.storage.read(index)
 
-    def sample(
+    def sample(  # noqa: D102
         self, *, unique: bool = False, order_preserving: bool = False
     ) -> tuple[torch.Tensor, ...]:
         if unique and self.storage.ring.size:
@@ -55,22 +79,8 @@ class TorchUniformReplayBuffer(UniformReplayBuffer):
         )
         return self.storage.gather(slots)
 
-    def reset(self) -> bool:
-        self.storage.reset()
-        return True
 
-    def size(self) -> int:
-        return self.storage.ring.size
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.storage.load_state_dict(state["storage"])
-        self.sampler.load_state_dict(state["sampler"])
-
-
-class TorchPriorityReplayBuffer(PriorityReplayBuffer):
+class TorchPriorityReplayBuffer(_StorageAndSampler, PriorityReplayBuffer):
     """:class:`~ostinato.device.PriorityReplayBuffer` on a torch device.
 
     Built from :attr:`storage` (a :class:`~ostinato.device.torch.TensorStorage`) and
@@ -105,36 +115,18 @@ class TorchPriorityReplayBuffer(PriorityReplayBuffer):
             kernels=kernels,
         )
 
-    def insert(self, *transition: Any, priority: Any = None) -> None:
+    def insert(self, *transition: Any, priority: Any = None) -> None:  # noqa: D102
         storage = self.storage
         tensors, rows, single = storage.prepare(self._transition(transition))
         # Validate everything before writing anything, so a bad insert leaves no trace.
         leaves = self.sampler.new_leaves(priority, rows)
         self.sampler.on_write(storage.write(tensors, rows, single), leaves)
 
-    def sample(self, beta: float | None = None) -> tuple[torch.Tensor, ...]:
+    def sample(self, beta: float | None = None) -> tuple[torch.Tensor, ...]:  # noqa: D102
         ids, weights, slots = self.sampler.sample(
             self.storage.ring, self.sample_size, self._beta(beta)
         )
         return (ids, weights, *self.storage.gather(slots))
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
+    def update_priorities(self, indices: Any, priorities: Any) -> None:  # noqa: D102
         self.sampler.update(self.storage.ring, indices, priorities)
-
-    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:
-        return self.storage.read(index)
-
-    def reset(self) -> bool:
-        self.storage.reset()
-        self.sampler.reset()
-        return True
-
-    def size(self) -> int:
-        return self.storage.ring.size
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.storage.load_state_dict(state["storage"])
-        self.sampler.load_state_dict(state["sampler"])

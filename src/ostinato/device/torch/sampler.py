@@ -81,6 +81,9 @@ class UniformSampler:
             return draw
         return torch.remainder(draw + start, ring.capacity)
 
+    def reset(self) -> None:
+        """Nothing to forget: uniform draws keep no per-row state (the random stream goes on)."""
+
     def state_dict(self) -> dict[str, Any]:
         """Returns the generator state."""
         return {"generator": self.generator.get_state()}

@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from ostinato.device._checks import positive_int
 from ostinato.device.torch.device import full as alloc
 from ostinato.device.torch.kernels import kernels_for
+from ostinato.validate import positive_int
 
 
 class SumMinTree:

@@ -31,7 +31,7 @@ from typing import Any
 
 from ostinato.argtypes import positive, read_pem
 
-_log = logging.getLogger("ostinato.rlds.cli")
+_log = logging.getLogger("ostinato.rlds.ingest_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""``ostinato-server``: run a replay server from a config file.
+"""The ``ostinato-server`` config: its schema, and the tables and settings it describes.
 
 The config is Reverb's ``reverb_server`` text-proto ``ReverbServerConfig`` (parsed with
 protobuf's ``text_format`` against a schema built here at runtime, so no ``protoc`` is needed),
@@ -7,40 +7,17 @@ or the same structure as TOML / YAML (chosen by file extension; YAML needs ``pyy
 ``checkpoint_every_seconds`` and ``checkpoint_keep``. As in the text proto, a field the schema
 does not know is an error in TOML and YAML too (a misspelt optional field is not ignored).
 
-Example (Reverb's README config)::
-
-    port: 8000
-    tables: {
-      table_name: "my_table"
-      sampler: { fifo: true }
-      remover: { fifo: true }
-      max_size: 200
-      max_times_sampled: 5
-      rate_limiter: {
-        min_size_to_sample: 1
-        samples_per_insert: 1
-        min_diff: -1.7976931348623157e+308
-        max_diff: 1.7976931348623157e+308
-      }
-    }
-
-SIGTERM and SIGINT stop the server, after a final checkpoint when ``--checkpoint-on-exit``.
+``examples/server_config.txtpb`` is an example; the command (:mod:`ostinato.server_cli`) shows
+it in ``ostinato-server --help``.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import math
 import os
-import signal
-import sys
-import threading
 from typing import Any
 
-from ostinato.argtypes import positive, read_pem
-
-_log = logging.getLogger("ostinato.cli")
+from ostinato import validate
 
 
 class ConfigError(ValueError):
@@ -295,8 +272,10 @@ def tables_from_config(config: dict[str, Any]) -> list[Any]:
 def server_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The config's ``port`` and checkpoint fields, validated (None where not set)."""
     port = _integer(config, "port", "config", 0)
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"config.port ({port}) must be in 0..65535 (0 picks a free port)")
+    try:
+        validate.port("config.port", port)
+    except ValueError as e:
+        raise ConfigError(f"{e} (0 picks a free port)") from None
     ckpt_dir = config.get("checkpoint_dir")
     if ckpt_dir is not None and not isinstance(ckpt_dir, str):
         raise ConfigError(f"config.checkpoint_dir ({ckpt_dir!r}) must be a path")
@@ -311,140 +290,3 @@ def server_settings(config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"config.checkpoint_keep ({keep}) must be >= 1")
     return {"port": port or None, "checkpoint_dir": ckpt_dir or None,
             "checkpoint_every_seconds": every, "checkpoint_keep": keep}
-
-
-# -- main ----------------------------------------------------------------------------------------------
-def _progress_bar() -> Any:
-    """A progress callback drawing a rich bar for saves and loads (None if rich is missing)."""
-    try:
-        from rich.progress import Progress
-    except ImportError:
-        return None
-    state: dict[str, Any] = {}
-
-    def cb(phase: str, done: int, total: int) -> None:
-        if "bar" not in state:
-            state["bar"] = Progress(transient=True)
-            state["bar"].start()
-            state["task"] = state["bar"].add_task(f"checkpoint {phase}", total=total)
-        state["bar"].update(state["task"], completed=done, total=total)
-        if done >= total:
-            state.pop("bar").stop()
-
-    return cb
-
-
-def _check_key_pair(tls: Any, cert_path: str, key_path: str) -> None:
-    problem = tls.problem()
-    if problem:
-        raise ConfigError(f"--tls-cert {cert_path} / --tls-key {key_path}: {problem}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ostinato-server", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True,
-                   help="text-proto ReverbServerConfig, or a .toml / .yaml file")
-    p.add_argument("--host", default=None, help="interface to listen on (default localhost)")
-    p.add_argument("--port", type=int, default=None, help="overrides the config's port")
-    p.add_argument("--tls-cert", help="PEM certificate chain file")
-    p.add_argument("--tls-key", help="PEM private key file")
-    p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
-                   help="shared secret clients must send (default $OSTINATO_TOKEN)")
-    p.add_argument("--checkpoint-dir", help="checkpoint root (restored from on start)")
-    p.add_argument("--checkpoint-every", type=positive(float),
-                   help="seconds between checkpoints")
-    p.add_argument("--checkpoint-keep", type=positive(int),
-                   help="checkpoints to keep (default 1)")
-    p.add_argument("--checkpoint-on-exit", action="store_true",
-                   help="write a final checkpoint on SIGTERM/SIGINT")
-    p.add_argument("--no-shared-memory", action="store_true",
-                   help="refuse writers' shared-memory rings (rows then always travel over gRPC)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on this port (needs ostinato[metrics])")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.token is not None and not args.token:
-        parser.error("--token must not be empty")
-    if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")
-    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
-        parser.error(f"--metrics-port ({args.metrics_port}) must be in 0..65535")
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ostinato import checkpointers
-    from ostinato.server import Server, ServerTLS
-
-    try:
-        config = load_config(args.config)
-        tables = tables_from_config(config)
-        settings = server_settings(config)
-    except ConfigError as e:
-        print(f"ostinato-server: bad config: {e}", file=sys.stderr)
-        return 2
-    tls = None
-    if args.tls_cert:
-        try:
-            tls = ServerTLS(read_pem(args.tls_cert, "--tls-cert", ConfigError),
-                            read_pem(args.tls_key, "--tls-key", ConfigError))
-            _check_key_pair(tls, args.tls_cert, args.tls_key)
-        except ConfigError as e:
-            print(f"ostinato-server: {e}", file=sys.stderr)
-            return 2
-    ckpt_dir = args.checkpoint_dir or settings["checkpoint_dir"]
-    every = (args.checkpoint_every if args.checkpoint_every is not None
-             else settings["checkpoint_every_seconds"])
-    keep = args.checkpoint_keep if args.checkpoint_keep is not None else settings["checkpoint_keep"]
-    progress = None if args.no_progress else _progress_bar()
-    checkpointer = None
-    if ckpt_dir:
-        checkpointer = checkpointers.DefaultCheckpointer(
-            ckpt_dir, keep=keep or 1, every_seconds=every, progress=progress)
-    port = args.port if args.port is not None else settings["port"]
-    kwargs: dict[str, Any] = {"token": args.token, "tls": tls,
-                              "shared_memory": not args.no_shared_memory}
-    if args.host:
-        kwargs["host"] = args.host
-    if args.metrics_port is not None:
-        kwargs["metrics_port"] = args.metrics_port
-    try:  # a bad port, a port in use, a checkpoint that does not fit the tables, bad TLS keys
-        server = Server(tables, port=port, checkpointer=checkpointer, **kwargs)
-    except (ValueError, OSError, RuntimeError, ImportError) as e:
-        print(f"ostinato-server: cannot start: {e}", file=sys.stderr)
-        return 1
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if stopping.is_set():
-            return
-        stopping.set()
-        _log.info("received %s; stopping", signal.Signals(signum).name)
-        threading.Thread(target=_shutdown, daemon=True).start()
-
-    def _shutdown() -> None:
-        try:
-            if args.checkpoint_on_exit and checkpointer is not None:
-                _log.info("final checkpoint written to %s", server.checkpoint())
-        finally:
-            server.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    # Announced only once the handlers are in place: a signal sent on seeing this line (as
-    # process managers and the tests do) stops the server gracefully, never kills it outright.
-    if server.metrics_port is not None:
-        _log.info("Prometheus metrics on port %d", server.metrics_port)
-    print(f"ostinato-server listening on port {server.port}", flush=True)
-    while not server.wait(0.5):
-        pass
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

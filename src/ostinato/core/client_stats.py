@@ -36,12 +36,6 @@ class Histogram:
         self._sum = 0.0
         self._lock = threading.Lock()
 
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.bounds, value)
-        with self._lock:
-            self._counts[i] += 1
-            self._sum += value
-
     def observe_with(self, value: float, counters: list[int], adds: Sequence[int]) -> None:
         """Observes ``value`` and adds ``adds`` to ``counters`` under the same lock."""
         i = bisect.bisect_left(self.bounds, value)

@@ -26,6 +26,7 @@ from ostinato.core.signature import flatten_signature
 from ostinato.core.table_info import TableInfo
 from ostinato.transport import registry
 from ostinato.transport.base import TableMeta, Transport
+from ostinato.validate import int_in, positive_int
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from ostinato.wire.status import TLSMismatchError, from_rpc_error, tls_mismatch
@@ -79,14 +80,9 @@ class ClientOptions:
             raise ValueError(f"unavailable_timeout ({self.unavailable_timeout}) must be >= 0")
         if self.shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({self.shared_memory!r}) must be None, True or False")
-        if isinstance(self.shared_memory_bytes, bool) or not isinstance(self.shared_memory_bytes, int) \
-                or not 1 << 20 <= self.shared_memory_bytes <= shm.MAX_RING_BYTES:
-            raise ValueError(f"shared_memory_bytes ({self.shared_memory_bytes!r}) must be an "
-                             f"integer from {1 << 20} to {shm.MAX_RING_BYTES}")
+        int_in("shared_memory_bytes", self.shared_memory_bytes, 1 << 20, shm.MAX_RING_BYTES)
         for name in ("max_in_flight_items", "max_in_flight_requests"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} ({v!r}) must be a positive integer")
+            positive_int(name, getattr(self, name))
 
 
 class GrpcTransport(Transport):

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ostinato import errors
+from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
-from ostinato.core.stats import CLIENT
 
 #: Items a writer may hold that its tables have not accepted yet, before ``create_item`` blocks
-#: (in-process; over the network the client's ``max_in_flight_items`` is the default).
+#: (in-process; over the network the gRPC transport's ``ClientOptions.max_in_flight_items``).
 DEFAULT_MAX_PENDING_ITEMS = 10_000
 
 #: An item as a stream carries it: (key, priority, packed trajectory, squeeze flags).

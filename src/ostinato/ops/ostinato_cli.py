@@ -32,8 +32,19 @@ def _positive_float(text: str) -> float:
     return v
 
 
+#: ``--help``'s description: the module docstring's first line, without reST markup.
+DESCRIPTION = ("Look at running servers: a live view of every table (top), or the same values "
+               "once (info; --json for scripts). Several comma-separated addresses are read as "
+               "the shards of one sharded set.")
+
+
+def _error(args: argparse.Namespace, message: str) -> str:
+    """``message`` as the command reports it: one ``ostinato COMMAND:`` prefix."""
+    return f"ostinato {args.command}: {message}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ostinato", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="ostinato", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, metavar="{top,info}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("address", help="host:port of a server; several (comma-separated) "
@@ -59,7 +70,8 @@ def _client(args: argparse.Namespace) -> Any:
 
     root = None
     if args.tls_ca:
-        root = read_pem(args.tls_ca, "--tls-ca", lambda message: SystemExit(f"ostinato: {message}"))
+        root = read_pem(args.tls_ca, "--tls-ca",
+                        lambda message: SystemExit(_error(args, message)))
     # Always over the network (this is another process than the server), with short retries:
     # a refresh must not hang on a server that went away.
     return Client(args.address, token=args.token, root_certificates=root,
@@ -86,7 +98,10 @@ def _info(args: argparse.Namespace) -> int:
     try:
         values = collect(client, args.timeout)
     except errors.ReverbError as e:
-        print(f"ostinato info: {args.address}: {type(e).__name__}: {e}", file=sys.stderr)
+        text = f"{type(e).__name__}: {e}"
+        if args.address not in str(e):  # most messages name the server already
+            text = f"{args.address}: {text}"
+        print(_error(args, text), file=sys.stderr)
         return 1
     finally:
         client.close()
@@ -126,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         for a in split_addresses(args.address):
             parse_address(a)
     except ValueError as e:
-        print(f"ostinato: {e}", file=sys.stderr)
+        print(_error(args, str(e)), file=sys.stderr)
         return 2
     return _top(args) if args.command == "top" else _info(args)
 
