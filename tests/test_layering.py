@@ -57,7 +57,7 @@ def _is_type_checking(node: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _walk_runtime(tree: ast.AST):  # noqa: ANN202 - a generator of nodes
+def _walk_runtime(tree: ast.AST):
     """``ast.walk`` less the bodies of ``if TYPE_CHECKING:`` blocks (their ``else`` still runs)."""
     todo = [tree]
     while todo:

@@ -30,7 +30,6 @@ from ostinato.core.signature import flatten_signature
 from ostinato.core.slots import Slots
 from ostinato.core.table_contents import TableContents
 from ostinato.core.table_info import TableInfo
-from ostinato.core.table_settings import TableSettings
 from ostinato.validate import positive_int
 
 #: An item as handed to a table: (key, priority, packed trajectory, squeeze flags).

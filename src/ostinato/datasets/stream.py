@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import optree
 
 from ostinato import errors

@@ -124,7 +124,6 @@ class ShardServer:
                  host: str | None, checkpoint: dict[str, Any] | None, token: str | None,
                  server_options: dict[str, Any], bind_timeout: float) -> None:
         import ray
-
         from ostinato import checkpointers
         from ostinato.server import Server
 

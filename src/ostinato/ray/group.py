@@ -131,8 +131,9 @@ class ShardGroup:
           RuntimeError: a shard failed to checkpoint or stop in time (everything is ended
             all the same; the message names the shards).
         """
-        import ray
         from ray.util.placement_group import remove_placement_group
+
+        import ray
 
         if self._closed:
             return []
@@ -176,8 +177,9 @@ class ShardGroup:
         Raises:
           LookupError: no group of that name runs.
         """
-        import ray
         from ray.util import get_placement_group
+
+        import ray
 
         try:
             first = ray.get_actor(f"{name}-0", namespace=namespace)
@@ -199,8 +201,9 @@ class ShardGroup:
     def _call_all(self, method: str, args: tuple[Any, ...], timeout: float | None,
                   retry: bool = True) -> list[Any]:
         """Calls ``method`` on every shard; retries shards that are being restarted."""
-        import ray
         from ray.exceptions import GetTimeoutError, RayActorError
+
+        import ray
 
         deadline = None if timeout is None else time.monotonic() + timeout
         results: dict[int, Any] = {}
@@ -292,9 +295,10 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         (whatever was started is ended).
       RuntimeError: a shard failed to start (its error is included).
     """
-    import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    import ray
 
     positive_int("num_shards", num_shards)
     if strategy not in STRATEGIES:

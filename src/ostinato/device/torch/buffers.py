@@ -22,21 +22,21 @@ class _StorageAndSampler:
     storage: TensorStorage
     sampler: Any
 
-    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:  # noqa: D102
+    def get_item(self, index: int) -> tuple[torch.Tensor, ...]:
         return self.storage.read(index)
 
-    def reset(self) -> bool:  # noqa: D102
+    def reset(self) -> bool:
         self.storage.reset()
         self.sampler.reset()
         return True
 
-    def size(self) -> int:  # noqa: D102
+    def size(self) -> int:
         return self.storage.ring.size
 
-    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+    def state_dict(self) -> dict[str, Any]:
         return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.storage.load_state_dict(state["storage"])
         self.sampler.load_state_dict(state["sampler"])
 
@@ -63,13 +63,13 @@ class TorchUniformReplayBuffer(_StorageAndSampler, UniformReplayBuffer):
         self.device = self.storage.device
         self.sampler = UniformSampler(self.device, self.seed)
 
-    def insert(self, exp: Sequence[Any]) -> None:  # noqa: D102 - documented on the base
+    def insert(self, exp: Sequence[Any]) -> None:
         storage = self.storage
         tensors, rows, single = storage.prepare(exp)
         storage.write(tensors, rows, single)
 
 
-    def sample(  # noqa: D102
+    def sample(
         self, *, unique: bool = False, order_preserving: bool = False
     ) -> tuple[torch.Tensor, ...]:
         if unique and self.storage.ring.size:
@@ -115,18 +115,18 @@ class TorchPriorityReplayBuffer(_StorageAndSampler, PriorityReplayBuffer):
             kernels=kernels,
         )
 
-    def insert(self, *transition: Any, priority: Any = None) -> None:  # noqa: D102
+    def insert(self, *transition: Any, priority: Any = None) -> None:
         storage = self.storage
         tensors, rows, single = storage.prepare(self._transition(transition))
         # Validate everything before writing anything, so a bad insert leaves no trace.
         leaves = self.sampler.new_leaves(priority, rows)
         self.sampler.on_write(storage.write(tensors, rows, single), leaves)
 
-    def sample(self, beta: float | None = None) -> tuple[torch.Tensor, ...]:  # noqa: D102
+    def sample(self, beta: float | None = None) -> tuple[torch.Tensor, ...]:
         ids, weights, slots = self.sampler.sample(
             self.storage.ring, self.sample_size, self._beta(beta)
         )
         return (ids, weights, *self.storage.gather(slots))
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:  # noqa: D102
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
         self.sampler.update(self.storage.ring, indices, priorities)
