@@ -111,8 +111,12 @@ def writer_child(impl: str, port: int, n: int, period: float, seconds: float) ->
         except Exception:  # noqa: BLE001
             errors += 1
     cpu = os.times()
-    print(json.dumps({"created": created, "errors": errors, "elapsed": elapsed,
-                      "cpu": cpu.user + cpu.system}), flush=True)
+    print(
+        json.dumps(
+            {"created": created, "errors": errors, "elapsed": elapsed, "cpu": cpu.user + cpu.system}
+        ),
+        flush=True,
+    )
     os._exit(0)
 
 
@@ -142,9 +146,17 @@ def _pinned(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def one_run(impl: str, writers: int, processes: int, period: float, seconds: float, *,
-            server_cpus: str | None = None, client_cpus: str | None = None,
-            every: float = 5.0) -> dict:
+def one_run(
+    impl: str,
+    writers: int,
+    processes: int,
+    period: float,
+    seconds: float,
+    *,
+    server_cpus: str | None = None,
+    client_cpus: str | None = None,
+    every: float = 5.0,
+) -> dict:
     """One measurement with this interpreter's implementation.
 
     ``server_cpus``/``client_cpus`` pin the server and the writer processes (taskset lists,
@@ -154,18 +166,46 @@ def one_run(impl: str, writers: int, processes: int, period: float, seconds: flo
     reverb, version = import_impl(impl)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     me = [sys.executable, __file__, "--impl", impl]
-    server = subprocess.Popen([*_pinned(server_cpus), sys.executable, str(HERE / "servers.py"),
-                               "--impl", impl, "--serve", json.dumps(TABLE)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env)
+    server = subprocess.Popen(
+        [
+            *_pinned(server_cpus),
+            sys.executable,
+            str(HERE / "servers.py"),
+            "--impl",
+            impl,
+            "--serve",
+            json.dumps(TABLE),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     port = int(readline(server, 180, "server start").split()[1])
     per = [writers // processes + (i < writers % processes) for i in range(processes)]
-    kids = [subprocess.Popen(_pinned(client_cpus) + me + ["--writer-child", str(port), str(n), str(period),
-                                   str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=env) for n in per if n]
-    sampler = subprocess.Popen(me + ["--sampler-child", str(port), str(seconds)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=env)
+    kids = [
+        subprocess.Popen(
+            _pinned(client_cpus)
+            + me
+            + ["--writer-child", str(port), str(n), str(period), str(seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        for n in per
+        if n
+    ]
+    sampler = subprocess.Popen(
+        me + ["--sampler-child", str(port), str(seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     try:
         for k in [*kids, sampler]:
             readline(k, 300, "child start")
@@ -193,10 +233,14 @@ def one_run(impl: str, writers: int, processes: int, period: float, seconds: flo
         def monitor() -> None:
             while not stop.wait(every):
                 st = _proc_status(server.pid)
-                timeline.append({"t": round(time.monotonic() - go, 1),
-                                 "rss_mb": (st.get("VmRSS") or 0) // 1024,
-                                 "threads": st.get("Threads"),
-                                 "cpu_s": _cpu_seconds(server.pid)})
+                timeline.append(
+                    {
+                        "t": round(time.monotonic() - go, 1),
+                        "rss_mb": (st.get("VmRSS") or 0) // 1024,
+                        "threads": st.get("Threads"),
+                        "cpu_s": _cpu_seconds(server.pid),
+                    }
+                )
 
         threads = [threading.Thread(target=f, daemon=True) for f in (probe, monitor)]
         for t in threads:
@@ -220,21 +264,32 @@ def one_run(impl: str, writers: int, processes: int, period: float, seconds: flo
     lat = [x for _, x in probes]
     settled = [x for t, x in probes if t >= 1.0]  # after the start-up burst of stream opens
     return {
-        "impl": impl, "version": version, "writers": writers, "processes": processes,
-        "period": period, "seconds": seconds, "server_cpus": server_cpus,
+        "impl": impl,
+        "version": version,
+        "writers": writers,
+        "processes": processes,
+        "period": period,
+        "seconds": seconds,
+        "server_cpus": server_cpus,
         "client_cpus": client_cpus,
         "paced_per_s": paced,
         "created_per_s": sum(r["created"] for r in results) / elapsed,
         "stored_per_s": min(size, sum(r["created"] for r in results)) / elapsed,
         "stored": size,
         "writer_errors": sum(r["errors"] for r in results),
-        "probe_p50": _pct(lat, 0.5), "probe_p99": _pct(lat, 0.99),
-        "probe_max": max(lat, default=None), "probes": len(lat),
-        "probe_p99_after_1s": _pct(settled, 0.99), "probes_unanswered": unanswered,
+        "probe_p50": _pct(lat, 0.5),
+        "probe_p99": _pct(lat, 0.99),
+        "probe_max": max(lat, default=None),
+        "probes": len(lat),
+        "probe_p99_after_1s": _pct(settled, 0.99),
+        "probes_unanswered": unanswered,
         "probe_series": [(round(t, 2), round(x * 1000, 1)) for t, x in probes],
-        "sample_p50": _pct(samples, 0.5), "sample_p99": _pct(samples, 0.99),
-        "samples": len(samples), "sample_error": sampled.get("error"),
-        "server_cpu_s": server_cpu, "writers_cpu_s": sum(r.get("cpu", 0) for r in results),
+        "sample_p50": _pct(samples, 0.5),
+        "sample_p99": _pct(samples, 0.99),
+        "samples": len(samples),
+        "sample_error": sampled.get("error"),
+        "server_cpu_s": server_cpu,
+        "writers_cpu_s": sum(r.get("cpu", 0) for r in results),
         "server_threads": status.get("Threads"),
         "server_rss_mb": (status.get("VmRSS") or 0) // 1024,
         "timeline": timeline,
@@ -250,10 +305,12 @@ def _num(x: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| impl | writers / processes | CPUs: server / clients | items/s stored (of paced) "
-           "| server_info p50 / p99 / max | p99 after 1 s | unanswered | sample p50 / p99 "
-           "| server threads | RSS end / peak | CPU s: server / writers | writer errors |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| impl | writers / processes | CPUs: server / clients | items/s stored (of paced) "
+        "| server_info p50 / p99 / max | p99 after 1 s | unanswered | sample p50 / p99 "
+        "| server threads | RSS end / peak | CPU s: server / writers | writer errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         peak = max([x["rss_mb"] for x in r.get("timeline", [])] + [r["server_rss_mb"]])
         out.append(
@@ -266,7 +323,8 @@ def table(rows: list[dict]) -> str:
             f"{r['probes_unanswered']} | {_ms(r['sample_p50'])} / {_ms(r['sample_p99'])} | "
             f"{r['server_threads']} | {r['server_rss_mb']} / {peak} MB | "
             f"{_num(r.get('server_cpu_s'))} / {_num(r.get('writers_cpu_s'))} | "
-            f"{r['writer_errors']} |")
+            f"{r['writer_errors']} |"
+        )
     return "\n".join(out)
 
 
@@ -279,14 +337,25 @@ def main() -> None:
     p.add_argument("--period", type=float, default=0.2, help="seconds between a writer's items")
     p.add_argument("--seconds", type=float, default=10.0, help="length of each run")
     p.add_argument("--repeat", type=int, default=1, help="runs per point (alternated)")
-    p.add_argument("--server-cpus", default=None,
-                   help="pin the server process to these CPUs (taskset list, e.g. 0)")
-    p.add_argument("--client-cpus", default=None,
-                   help="pin the writer processes to these CPUs (e.g. 1)")
-    p.add_argument("--every", type=float, default=5.0,
-                   help="seconds between samples of the server's RSS, threads and CPU")
-    p.add_argument("--out", default="actor_scale",
-                   help="results go to benchmarks/results_OUT.{json,md} (default actor_scale)")
+    p.add_argument(
+        "--server-cpus",
+        default=None,
+        help="pin the server process to these CPUs (taskset list, e.g. 0)",
+    )
+    p.add_argument(
+        "--client-cpus", default=None, help="pin the writer processes to these CPUs (e.g. 1)"
+    )
+    p.add_argument(
+        "--every",
+        type=float,
+        default=5.0,
+        help="seconds between samples of the server's RSS, threads and CPU",
+    )
+    p.add_argument(
+        "--out",
+        default="actor_scale",
+        help="results go to benchmarks/results_OUT.{json,md} (default actor_scale)",
+    )
     p.add_argument("--one", action="store_true", help="one run, JSON on stdout (internal)")
     p.add_argument("--writer-child", nargs=4, default=None, help=argparse.SUPPRESS)
     p.add_argument("--sampler-child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -300,22 +369,51 @@ def main() -> None:
         return
     counts = [int(x) for x in args.writers.split(",")]
     if args.one:
-        print(json.dumps(one_run(args.impl, counts[0], args.processes, args.period,
-                                 args.seconds, server_cpus=args.server_cpus,
-                                 client_cpus=args.client_cpus, every=args.every)))
+        print(
+            json.dumps(
+                one_run(
+                    args.impl,
+                    counts[0],
+                    args.processes,
+                    args.period,
+                    args.seconds,
+                    server_cpus=args.server_cpus,
+                    client_cpus=args.client_cpus,
+                    every=args.every,
+                )
+            )
+        )
         return
     rows = []
     impls = ["ostinato", "reverb"] if args.compare else [args.impl]
-    pins = [f"--{k}={v}" for k, v in (("server-cpus", args.server_cpus),
-                                       ("client-cpus", args.client_cpus)) if v]
+    pins = [
+        f"--{k}={v}"
+        for k, v in (("server-cpus", args.server_cpus), ("client-cpus", args.client_cpus))
+        if v
+    ]
     for n in counts:
         procs = max(1, min(args.processes, n))
         for _ in range(args.repeat):
             for impl in impls:
                 py = reverb_python() if impl == "reverb" else sys.executable
-                cmd = [py, __file__, "--impl", impl, "--one", "--writers", str(n),
-                       "--processes", str(procs), "--period", str(args.period), "--seconds",
-                       str(args.seconds), "--every", str(args.every), *pins]
+                cmd = [
+                    py,
+                    __file__,
+                    "--impl",
+                    impl,
+                    "--one",
+                    "--writers",
+                    str(n),
+                    "--processes",
+                    str(procs),
+                    "--period",
+                    str(args.period),
+                    "--seconds",
+                    str(args.seconds),
+                    "--every",
+                    str(args.every),
+                    *pins,
+                ]
                 print("$", " ".join(cmd), file=sys.stderr, flush=True)
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 lines = [x for x in out.stdout.splitlines() if x.startswith("{")]

@@ -62,10 +62,12 @@ CHILD_TIMEOUT = 300  # a run normally takes seconds; see one_run
 RETRIES = 2
 TARGETS = {"checkpoint_s": 0.5, "restore_s": 1.0, "size_mb": 1.0}  # ostinato/reverb <= value
 SERVING_TARGET = 0.5  # serving during saves >= 50 % of normal (ostinato only)
-ROWS = [("checkpoint_s", "client.checkpoint()", "s"),
-        ("restore_s", "restore (server start included)", "s"),
-        ("size_mb", "bytes on disk", "MB"),
-        ("launch_s", "launch to serving (imports included)", "s")]
+ROWS = [
+    ("checkpoint_s", "client.checkpoint()", "s"),
+    ("restore_s", "restore (server start included)", "s"),
+    ("size_mb", "bytes on disk", "MB"),
+    ("launch_s", "launch to serving (imports included)", "s"),
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -74,8 +76,13 @@ ROWS = [("checkpoint_s", "client.checkpoint()", "s"),
 
 
 def make_table(reverb, n: int):
-    return reverb.Table("w7", reverb.selectors.Uniform(), reverb.selectors.Fifo(), n,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        "w7",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        n,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 def make_checkpointer(reverb, impl: str, root: str, compression: str | None):
@@ -117,6 +124,7 @@ def serving_rate(server, seconds: float, during: threading.Event | None) -> floa
                     ops[1] += 1
                 if i % 100 == 0:
                     w.flush()
+
     threads = [threading.Thread(target=sampler), threading.Thread(target=inserter)]
     for t in threads:
         t.start()
@@ -144,6 +152,7 @@ def measure_serving(server, client, ckpt, keep_path: str) -> dict:
             client.checkpoint()
             durations.append(time.perf_counter() - t)
         done.set()
+
     th = threading.Thread(target=save_loop)
     th.start()
     loaded = serving_rate(server, 0, done)
@@ -152,8 +161,12 @@ def measure_serving(server, client, ckpt, keep_path: str) -> dict:
     for name in os.listdir(root):
         if os.path.join(root, name) != keep_path:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    return {"serving_normal": normal, "serving_in_ckpt": loaded,
-            "serving_share": loaded / normal, "saves_under_load_s": durations}
+    return {
+        "serving_normal": normal,
+        "serving_in_ckpt": loaded,
+        "serving_share": loaded / normal,
+        "saves_under_load_s": durations,
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -169,13 +182,20 @@ def save_child(args) -> dict:
     compileall.compile_dir(os.path.dirname(reverb.__file__), quiet=2)
     ckpt = make_checkpointer(reverb, args.impl, args.root, args.compression)
     server = reverb.Server(tables=[make_table(reverb, args.items)], checkpointer=ckpt)
-    client = (server.localhost_client() if args.impl == "ostinato"
-              else reverb.Client(f"localhost:{server.port}"))
+    client = (
+        server.localhost_client()
+        if args.impl == "ostinato"
+        else reverb.Client(f"localhost:{server.port}")
+    )
     wl.fill_obs_sequences(client, "w7", args.items, seed=0, seq=SEQ)
     t0 = time.perf_counter()
     path = client.checkpoint()
-    out = {"version": ver, "checkpoint_s": time.perf_counter() - t0, "path": path,
-           "size_mb": dir_bytes(args.root) / 1e6}
+    out = {
+        "version": ver,
+        "checkpoint_s": time.perf_counter() - t0,
+        "path": path,
+        "size_mb": dir_bytes(args.root) / 1e6,
+    }
     if args.impl == "ostinato" and args.serving:
         out.update(measure_serving(server, client, ckpt, path))
     server.stop()
@@ -188,8 +208,9 @@ def restore_child(args) -> dict:
     table = make_table(reverb, args.items)
     import_s = time.perf_counter() - t_launch
     t0 = time.perf_counter()
-    server = reverb.Server(tables=[table],
-                           checkpointer=make_checkpointer(reverb, args.impl, args.root, None))
+    server = reverb.Server(
+        tables=[table], checkpointer=make_checkpointer(reverb, args.impl, args.root, None)
+    )
     client = servers.connect(reverb, args.impl, server.port, check=False)
     size = client.server_info()["w7"].current_size
     restore_s = time.perf_counter() - t0
@@ -200,16 +221,25 @@ def restore_child(args) -> dict:
 
 def _run_child(impl: str, mode: str, root: str, args) -> tuple[dict, float]:
     py = sys.executable if impl == "ostinato" else servers.reverb_python()
-    cmd = [py, os.path.abspath(__file__), "--impl", impl, f"--{mode}-child", root,
-           "--items", str(args.items)]
+    cmd = [
+        py,
+        os.path.abspath(__file__),
+        "--impl",
+        impl,
+        f"--{mode}-child",
+        root,
+        "--items",
+        str(args.items),
+    ]
     if args.compression:
         cmd += ["--compression", args.compression]
     if not args.serving:
         cmd.append("--no-serving")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pump = threading.Thread(target=servers.pump, args=(proc.stderr, f"  ({impl} {mode}) "),
-                            daemon=True)
+    pump = threading.Thread(
+        target=servers.pump, args=(proc.stderr, f"  ({impl} {mode}) "), daemon=True
+    )
     pump.start()
     try:
         line = servers.readline(proc, CHILD_TIMEOUT, f"{impl} {mode} child")
@@ -238,10 +268,12 @@ def one_run(impl: str, args) -> dict:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     out = {**saved, **restored, "launch_s": wall}
-    extra = (f", serving {out['serving_share']:.0%} of normal" if "serving_share" in out else "")
-    log(f"  {impl}: checkpoint {out['checkpoint_s']:.3f} s, restore {out['restore_s']:.3f} s "
+    extra = f", serving {out['serving_share']:.0%} of normal" if "serving_share" in out else ""
+    log(
+        f"  {impl}: checkpoint {out['checkpoint_s']:.3f} s, restore {out['restore_s']:.3f} s "
         f"(launch to serving {wall:.2f} s, imports {out['import_s']:.2f} s), "
-        f"{out['size_mb']:.1f} MB{extra}")
+        f"{out['size_mb']:.1f} MB{extra}"
+    )
     return out
 
 
@@ -252,12 +284,15 @@ def one_run(impl: str, args) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     out: dict = {"runs": runs, "version": runs[0]["version"] if runs else None}
-    for key in ("checkpoint_s", "restore_s", "size_mb", "launch_s", "import_s",
-                "serving_share"):
+    for key in ("checkpoint_s", "restore_s", "size_mb", "launch_s", "import_s", "serving_share"):
         vals = [r[key] for r in runs if key in r]
         if vals:
-            out[key] = {"values": vals, "median": statistics.median(vals),
-                        "min": min(vals), "max": max(vals)}
+            out[key] = {
+                "values": vals,
+                "median": statistics.median(vals),
+                "min": min(vals),
+                "max": max(vals),
+            }
     return out
 
 
@@ -283,32 +318,52 @@ def report(ost: dict | None, rev: dict | None, args) -> list[tuple]:
         rows.append((label, _cell(ost, key), _cell(rev, key), unit, ratio, target, verdict))
     if ost and "serving_share" in ost:
         s = ost["serving_share"]
-        rows.append(("serving during saves (% of normal)",
-                     f"{100 * s['median']:.0f} ({100 * s['min']:.0f}-{100 * s['max']:.0f})",
-                     "not measured", "%", "-", f">= {100 * SERVING_TARGET:.0f}%",
-                     "PASS" if s["median"] >= SERVING_TARGET else "FAIL"))
+        rows.append(
+            (
+                "serving during saves (% of normal)",
+                f"{100 * s['median']:.0f} ({100 * s['min']:.0f}-{100 * s['max']:.0f})",
+                "not measured",
+                "%",
+                "-",
+                f">= {100 * SERVING_TARGET:.0f}%",
+                "PASS" if s["median"] >= SERVING_TARGET else "FAIL",
+            )
+        )
     return rows
 
 
 def print_runs(name: str, res: dict) -> None:
-    keys = [k for k in ("checkpoint_s", "restore_s", "size_mb", "launch_s", "import_s",
-                        "serving_share") if k in res]
+    keys = [
+        k
+        for k in ("checkpoint_s", "restore_s", "size_mb", "launch_s", "import_s", "serving_share")
+        if k in res
+    ]
     print(f"\n{name} {res['version']}, every run:")
     for k in keys:
-        print(f"  {k:<14}" + "  ".join(f"{v:8.3f}" for v in res[k]["values"])
-              + f"   median {res[k]['median']:.3f}")
+        print(
+            f"  {k:<14}"
+            + "  ".join(f"{v:8.3f}" for v in res[k]["values"])
+            + f"   median {res[k]['median']:.3f}"
+        )
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", choices=["ostinato", "reverb"], default="ostinato")
-    p.add_argument("--compare-reverb", action="store_true",
-                   help="run both implementations, alternating run by run, and compare")
+    p.add_argument(
+        "--compare-reverb",
+        action="store_true",
+        help="run both implementations, alternating run by run, and compare",
+    )
     p.add_argument("--repeat", type=int, default=5, help="runs per implementation (median)")
     p.add_argument("--items", type=int, default=ITEMS)
     p.add_argument("--compression", default=None, help="Ostinato's chunk compression (zstd)")
-    p.add_argument("--no-serving", dest="serving", action="store_false",
-                   help="skip Ostinato's serving-during-saves measurement")
+    p.add_argument(
+        "--no-serving",
+        dest="serving",
+        action="store_false",
+        help="skip Ostinato's serving-during-saves measurement",
+    )
     p.add_argument("--json", default=None, help="write all runs and medians to this file")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table")
     p.add_argument("--save-child", default=None, help=argparse.SUPPRESS)
@@ -344,16 +399,26 @@ def main(argv=None) -> int:
         print_runs(name, r)
     rows = report(ost, rev, args)
     title = " vs ".join(f"{n} {r['version']}" for n, r in res.items())
-    print(f"\nW7, {args.items:,} items: {title} (median of {args.repeat}, range in brackets; "
-          f"{os.cpu_count()} CPUs)\n")
+    print(
+        f"\nW7, {args.items:,} items: {title} (median of {args.repeat}, range in brackets; "
+        f"{os.cpu_count()} CPUs)\n"
+    )
     hdr = ("", "ostinato", "reverb", "unit", "ratio", "target", "result")
     print(harness.text_table(rows, hdr, left=(0, 3, 5)))
     if args.markdown:
         print("\n" + harness.markdown_table(rows, hdr))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": res, "items": args.items, "repeat": args.repeat,
-                       "commit": servers.git_commit()}, f, indent=2)
+            json.dump(
+                {
+                    "results": res,
+                    "items": args.items,
+                    "repeat": args.repeat,
+                    "commit": servers.git_commit(),
+                },
+                f,
+                indent=2,
+            )
         log(f"wrote {args.json}")
     log(f"total {time.perf_counter() - t_start:.0f} s")
     return 0

@@ -33,8 +33,12 @@ BENCHES = {
     "checkpoint": ("checkpoint_bench.py", ["--repeat", "1"]),
     "dataset": ("dataset_bench.py", ["--repeat", "1", "--adapters", "numpy,torch"]),
 }
-QUICK = {"core": ["--quick"], "net": ["--quick"], "checkpoint": ["--items", "5000"],
-         "dataset": ["--items", "5000", "--batches", "20"]}
+QUICK = {
+    "core": ["--quick"],
+    "net": ["--quick"],
+    "checkpoint": ["--items", "5000"],
+    "dataset": ["--items", "5000", "--batches", "20"],
+}
 DEFAULT_WORKLOADS = {
     "core": "W1,W1t,W2,W4,W4f,W4b,W5,W5b",
     "net": "W1,W1t,W2,W3,W4,W4f,W4b,W5,W5b,W6",
@@ -87,7 +91,9 @@ def main() -> None:
     ap.add_argument("tree_a", help="src/ directory of the first version (e.g. before a change)")
     ap.add_argument("tree_b", help="src/ directory of the second version")
     ap.add_argument("--benches", default="core,net", help="of: core, net, checkpoint, dataset")
-    ap.add_argument("--workloads", default=None, help="core/net workloads (default: the speed ones)")
+    ap.add_argument(
+        "--workloads", default=None, help="core/net workloads (default: the speed ones)"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs per tree (median)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     ap.add_argument("--json", default=None, help="write every run here")
@@ -98,21 +104,27 @@ def main() -> None:
         runs[bench] = {"A": {}, "B": {}}
         wl = args.workloads or DEFAULT_WORKLOADS.get(bench)
         for r in range(args.rounds):
-            for tag in (("A", "B") if r % 2 == 0 else ("B", "A")):
+            for tag in ("A", "B") if r % 2 == 0 else ("B", "A"):
                 vals = run_once(bench, trees[tag], wl, args.quick)
                 for k, v in vals.items():
                     runs[bench][tag].setdefault(k, []).append(v)
-                print(f"[{bench} round {r + 1} {tag}] " + ", ".join(
-                    f"{k} {v:,.1f}" for k, v in vals.items()), file=sys.stderr, flush=True)
+                print(
+                    f"[{bench} round {r + 1} {tag}] "
+                    + ", ".join(f"{k} {v:,.1f}" for k, v in vals.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(f"| bench | workload | A: {args.tree_a} | B: {args.tree_b} | B/A | A runs | B runs |")
     print("|---|---|---:|---:|---:|---|---|")
     for bench, by_tree in runs.items():
         for k in sorted(set(by_tree["A"]) & set(by_tree["B"])):
             a, b = by_tree["A"][k], by_tree["B"][k]
             ma, mb = statistics.median(a), statistics.median(b)
-            print(f"| {bench} | {k} | {_fmt(ma)} | {_fmt(mb)} | "
-                  f"{mb / ma if ma else float('nan'):.3f} | {', '.join(map(_fmt, a))} | "
-                  f"{', '.join(map(_fmt, b))} |")
+            print(
+                f"| {bench} | {k} | {_fmt(ma)} | {_fmt(mb)} | "
+                f"{mb / ma if ma else float('nan'):.3f} | {', '.join(map(_fmt, a))} | "
+                f"{', '.join(map(_fmt, b))} |"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"trees": trees, "runs": runs}, f, indent=1)

@@ -43,14 +43,22 @@ DEFAULT = ["W1", "W1t", "W2", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", 
 ALLOWED = DEFAULT + ["W3", "W6"]
 SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
-    "W1": Target("ratio", 5.0), "W1t": Target("ratio", 5.0), "W2": Target("ratio", 5.0),
+    "W1": Target("ratio", 5.0),
+    "W1t": Target("ratio", 5.0),
+    "W2": Target("ratio", 5.0),
     **{w: SAMPLE_TARGET for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b")},
     "MEM": Target("max", 500.0, "≤ 500 B"),
     "MEM3": Target("max", 1.2, "≤ 1.2× data"),
 }
 
-BENCH = harness.Bench(name="core_bench", script=os.path.abspath(__file__), mode="embedded",
-                      default=DEFAULT, allowed=ALLOWED, targets=TARGETS)
+BENCH = harness.Bench(
+    name="core_bench",
+    script=os.path.abspath(__file__),
+    mode="embedded",
+    default=DEFAULT,
+    allowed=ALLOWED,
+    targets=TARGETS,
+)
 
 
 def main(argv=None) -> int:

@@ -78,10 +78,14 @@ def w8_table(reverb):
         import tensorflow as tf
 
         spec = tf.TensorSpec([SEQ, OBS_DIM], tf.float32)
-    return reverb.Table(name="w8", sampler=reverb.selectors.Uniform(),
-                        remover=reverb.selectors.Fifo(), max_size=1_000_000,
-                        rate_limiter=reverb.rate_limiters.MinSize(1),
-                        signature={"obs": spec})
+    return reverb.Table(
+        name="w8",
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=1_000_000,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature={"obs": spec},
+    )
 
 
 def fill(client, items: int) -> None:
@@ -110,8 +114,11 @@ class Deployment:
             port = self.server.port
         else:
             self.child = subprocess.Popen(
-                [sys.executable, __file__, "--impl", impl, "--serve"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True)
+                [sys.executable, __file__, "--impl", impl, "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             line = self.child.stdout.readline()
             if not line.startswith("PORT "):
                 raise RuntimeError(f"server process failed to start: {line!r}")
@@ -147,6 +154,7 @@ class Deployment:
 # -- adapters -----------------------------------------------------------------------------------
 def make_iterator(reverb, adapter: str, dep: Deployment, in_flight: int):
     """Returns (iterator, finish) where finish(last_batch) waits for outstanding work."""
+
     def nothing(batch):
         return None
 
@@ -155,7 +163,8 @@ def make_iterator(reverb, adapter: str, dep: Deployment, in_flight: int):
         if cls is None:  # before ostinato exported it at the top level
             from ostinato.datasets import TrajectoryDataset as cls
         ds = cls.from_table_signature(
-            dep.address, "w8", max_in_flight_samples_per_worker=in_flight).batch(BATCH)
+            dep.address, "w8", max_in_flight_samples_per_worker=in_flight
+        ).batch(BATCH)
         return iter(ds), nothing
     import ostinato.datasets as datasets
 
@@ -171,12 +180,14 @@ def make_iterator(reverb, adapter: str, dep: Deployment, in_flight: int):
 
         def finish(batch):
             batch.data["obs"].block_until_ready()
+
         return it, finish
     raise ValueError(f"unknown adapter {adapter!r}")
 
 
-def run_once(reverb, adapter: str, dep: Deployment, batches: int,
-             in_flight: int) -> tuple[float, float]:
+def run_once(
+    reverb, adapter: str, dep: Deployment, batches: int, in_flight: int
+) -> tuple[float, float]:
     """One timed run; returns (items/s of wall time, items/s of this process's CPU time)."""
     it, finish = make_iterator(reverb, adapter, dep, in_flight)
     next(it)  # warm-up: connection, first request
@@ -209,12 +220,18 @@ def run_child(args) -> dict:
             rate, cpu_rate = run_once(reverb, args.child, dep, args.batches, args.in_flight)
             values.append(rate)
             cpu.append(cpu_rate)
-            log(f"  {args.impl} {args.child:5s} {mode:9s} run {r + 1}/{args.repeat}: "
-                f"{rate:,.0f} items/s ({cpu_rate:,.0f} per CPU-second of this process)")
+            log(
+                f"  {args.impl} {args.child:5s} {mode:9s} run {r + 1}/{args.repeat}: "
+                f"{rate:,.0f} items/s ({cpu_rate:,.0f} per CPU-second of this process)"
+            )
     finally:
         dep.stop()
-    return {"unit": "items/s", "values": values, "cpu_values": cpu,
-            "median": statistics.median(values)}
+    return {
+        "unit": "items/s",
+        "values": values,
+        "cpu_values": cpu,
+        "median": statistics.median(values),
+    }
 
 
 def run_impl(args) -> dict:
@@ -229,10 +246,24 @@ def run_impl(args) -> dict:
             dep = Deployment(import_impl(args.impl), args.impl, mode, args.items)
         try:
             for adapter in adapters:
-                cmd = [sys.executable, __file__, "--impl", args.impl, "--child", adapter,
-                       "--modes", mode, "--repeat", str(args.repeat), "--batches",
-                       str(args.batches), "--items", str(args.items), "--in-flight",
-                       str(args.in_flight)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--impl",
+                    args.impl,
+                    "--child",
+                    adapter,
+                    "--modes",
+                    mode,
+                    "--repeat",
+                    str(args.repeat),
+                    "--batches",
+                    str(args.batches),
+                    "--items",
+                    str(args.items),
+                    "--in-flight",
+                    str(args.in_flight),
+                ]
                 if dep is not None:
                     cmd += ["--address", dep.address]
                 res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -257,14 +288,19 @@ def compare(ours: dict, theirs: dict, modes: list[str], reference: bool) -> list
         value = r["median"]
         if adapter in ("numpy", "tf"):
             if reference:
-                base, label = REVERB_REFERENCE[mode], f"Reverb (issue) {REVERB_REFERENCE[mode]:,.0f}"
+                base, label = (
+                    REVERB_REFERENCE[mode],
+                    f"Reverb (issue) {REVERB_REFERENCE[mode]:,.0f}",
+                )
             else:
                 ref = theirs.get(f"tf/{mode}")
                 if ref is None:
                     continue
                 base, label = ref["median"], f"Reverb {ref['median']:,.0f}"
-            need = {"numpy": {"embedded": 5.0, "networked": 2.0}, "tf": {"embedded": 1.0,
-                                                                         "networked": 1.0}}
+            need = {
+                "numpy": {"embedded": 5.0, "networked": 2.0},
+                "tf": {"embedded": 1.0, "networked": 1.0},
+            }
             target = need[adapter][mode]
         else:
             ref = ours.get(f"numpy/{mode}")
@@ -273,8 +309,9 @@ def compare(ours: dict, theirs: dict, modes: list[str], reference: bool) -> list
             base, label, target = ref["median"], f"numpy {ref['median']:,.0f}", 0.8
         ratio = value / base
         verdict = "PASS" if ratio >= target else "FAIL"
-        rows.append((adapter, mode, f"{value:,.0f}", label, f"{ratio:.2f}x", f">= {target}x",
-                     verdict))
+        rows.append(
+            (adapter, mode, f"{value:,.0f}", label, f"{ratio:.2f}x", f">= {target}x", verdict)
+        )
     hdr = ("adapter", "mode", "ostinato items/s", "baseline", "ratio", "target", "verdict")
     return harness.markdown_table(rows, hdr, right=(2, 4)).splitlines()
 
@@ -289,10 +326,16 @@ def main() -> None:
     p.add_argument("--items", type=int, default=ITEMS)
     p.add_argument("--in-flight", type=int, default=IN_FLIGHT)
     p.add_argument("--json", help="write results here")
-    p.add_argument("--compare-reverb", action="store_true",
-                   help="also run Reverb (in $OSTINATO_REVERB_PYTHON) and print a table")
-    p.add_argument("--reverb-reference", action="store_true",
-                   help="compare with the issue's Reverb figures instead of running Reverb")
+    p.add_argument(
+        "--compare-reverb",
+        action="store_true",
+        help="also run Reverb (in $OSTINATO_REVERB_PYTHON) and print a table",
+    )
+    p.add_argument(
+        "--reverb-reference",
+        action="store_true",
+        help="compare with the issue's Reverb figures instead of running Reverb",
+    )
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--address", help=argparse.SUPPRESS)
@@ -305,16 +348,37 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_child(args)), flush=True)
         return
-    out = {"machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()},
-           "params": {"items": args.items, "batch": BATCH, "batches": args.batches,
-                      "in_flight_tf": args.in_flight, "repeat": args.repeat}}
+    out = {
+        "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()},
+        "params": {
+            "items": args.items,
+            "batch": BATCH,
+            "batches": args.batches,
+            "in_flight_tf": args.in_flight,
+            "repeat": args.repeat,
+        },
+    }
     out[args.impl] = run_impl(args)
     theirs: dict = {}
     if args.compare_reverb and args.impl == "ostinato":
-        cmd = [servers.reverb_python(), __file__, "--impl", "reverb", "--repeat",
-               str(args.repeat), "--modes", ",".join(args.modes), "--batches",
-               str(args.batches), "--items", str(args.items), "--in-flight",
-               str(args.in_flight), "--json", "/dev/stdout"]
+        cmd = [
+            servers.reverb_python(),
+            __file__,
+            "--impl",
+            "reverb",
+            "--repeat",
+            str(args.repeat),
+            "--modes",
+            ",".join(args.modes),
+            "--batches",
+            str(args.batches),
+            "--items",
+            str(args.items),
+            "--in-flight",
+            str(args.in_flight),
+            "--json",
+            "/dev/stdout",
+        ]
         log("running Reverb: " + " ".join(cmd))
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         for line in res.stderr.splitlines():
@@ -323,17 +387,21 @@ def main() -> None:
         if res.returncode != 0:
             log(f"Reverb run failed ({res.returncode}): {res.stderr[-2000:]}")
         else:
-            theirs = json.loads(res.stdout[res.stdout.index("{"):])["reverb"]
+            theirs = json.loads(res.stdout[res.stdout.index("{") :])["reverb"]
             out["reverb"] = theirs
-    summary = [f"W8 dataset, {args.items:,} items of {SEQ} x float32[{OBS_DIM}], {args.batches} "
-               f"batches of {BATCH}, median of {args.repeat}; loadavg {os.getloadavg()[0]:.2f}",
-               ""]
+    summary = [
+        f"W8 dataset, {args.items:,} items of {SEQ} x float32[{OBS_DIM}], {args.batches} "
+        f"batches of {BATCH}, median of {args.repeat}; loadavg {os.getloadavg()[0]:.2f}",
+        "",
+    ]
     for impl in ("ostinato", "reverb"):
         for key, r in out.get(impl, {}).items():
             vals = ", ".join(f"{v:,.0f}" for v in r["values"])
             cpu = statistics.median(r.get("cpu_values") or [float("nan")])
-            summary.append(f"{impl:8s} {key:18s} {r['median']:>10,.0f} items/s   ({vals}); "
-                           f"{cpu:,.0f} per CPU-second")
+            summary.append(
+                f"{impl:8s} {key:18s} {r['median']:>10,.0f} items/s   ({vals}); "
+                f"{cpu:,.0f} per CPU-second"
+            )
     if args.impl == "ostinato" and (theirs or args.reverb_reference):
         summary += [""] + compare(out["ostinato"], theirs, args.modes, args.reverb_reference)
     if args.json:

@@ -67,7 +67,9 @@ class _NullWriter:
 
 def _least_insert(steps: list[dict], keep: int, items_per_step: float) -> None:
     """One numpy store per step value and one dict entry per item."""
-    bufs = {k: np.empty((len(steps), *np.shape(v)), np.asarray(v).dtype) for k, v in steps[0].items()}
+    bufs = {
+        k: np.empty((len(steps), *np.shape(v)), np.asarray(v).dtype) for k, v in steps[0].items()
+    }
     table: dict[int, tuple] = {}
     for i, step in enumerate(steps):
         for k, v in step.items():
@@ -86,8 +88,13 @@ def _timed(fn, repeat: int) -> float:
 
 
 def _server():
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 2_000_000,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        2_000_000,
+        reverb.rate_limiters.MinSize(1),
+    )
     server = reverb.Server([table])
     return server, server.localhost_client()
 
@@ -95,15 +102,18 @@ def _server():
 def insert_rows(repeat: int) -> list[tuple[str, float, float]]:
     rows = []
     for wid, steps, write, keep, items in (
-            ("W1", wl.w1_steps(N, 0), wl.write_w1, 1, N),
-            ("W1t", wl.w1_steps(N, 0), wl.write_w1t, 1, N),
-            ("W2", wl.w2_steps(N, 0), wl.write_w2, wl.SEQ, N - wl.SEQ + 1)):
+        ("W1", wl.w1_steps(N, 0), wl.write_w1, 1, N),
+        ("W1t", wl.w1_steps(N, 0), wl.write_w1t, 1, N),
+        ("W2", wl.w2_steps(N, 0), wl.write_w2, wl.SEQ, N - wl.SEQ + 1),
+    ):
         server, client = _server()
         try:
+
             def ours(steps=steps, write=write, keep=keep, client=client):
                 with client.trajectory_writer(keep) as w:
                     write(w, "t", steps)
                 client.reset("t")
+
             ours()
             t = _timed(ours, repeat)
         finally:
@@ -141,6 +151,7 @@ def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
                 keys = [s[0].info.key for s in client.sample("t", num_samples=BATCH)]
                 prios = rng.uniform(0.01, 10, BATCH)
                 client.mutate_priorities("t", updates={k: float(p) for k, p in zip(keys, prios)})
+
         t5 = _timed(w5, repeat)
     finally:
         server.stop()
@@ -155,8 +166,9 @@ def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
         for _ in range(calls):
             out = []
             for i in range(BATCH):
-                s = ReplaySample(SampleInfo(keys[i], 0.5, 100, 1.0, 1),
-                                 [obs[i], act[i, ...], rew[i, ...]])
+                s = ReplaySample(
+                    SampleInfo(keys[i], 0.5, 100, 1.0, 1), [obs[i], act[i, ...], rew[i, ...]]
+                )
                 out.append([s] if steps else s)
             for _s in out:  # the user's loop
                 pass
@@ -169,8 +181,11 @@ def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
     f4f = _timed(lambda: objects(False), repeat)
     f5 = _timed(lambda: objects(True, True), repeat)
     n = calls * BATCH
-    rows += [("W4", t4 / n * 1e6, f4 / n * 1e6), ("W4f", t4f / n * 1e6, f4f / n * 1e6),
-             ("W5", t5 / n * 1e6, f5 / n * 1e6)]
+    rows += [
+        ("W4", t4 / n * 1e6, f4 / n * 1e6),
+        ("W4f", t4f / n * 1e6, f4f / n * 1e6),
+        ("W5", t5 / n * 1e6, f5 / n * 1e6),
+    ]
     return rows
 
 
@@ -179,7 +194,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     rows = insert_rows(args.repeat) + sample_rows(args.repeat)
-    print("| workload | Ostinato, µs per item | pure-Python floor, µs per item | Ostinato / floor |")
+    print(
+        "| workload | Ostinato, µs per item | pure-Python floor, µs per item | Ostinato / floor |"
+    )
     print("|---|---:|---:|---:|")
     for wid, ours, floor in rows:
         print(f"| {wid} | {ours:.2f} | {floor:.2f} | {ours / floor:.1f}× |")

@@ -70,8 +70,18 @@ def run_mem(ctx: Ctx, kind: str) -> dict:
     n = ctx.sizes.mem_items if kind == "MEM" else ctx.sizes.mem3_items
     values, runs = [], []
     for r in range(ctx.repeat):
-        cmd = [sys.executable, servers.__file__, "--impl", ctx.impl, "--mem-child", kind,
-               "--mem-items", str(n), "--checkpoints", str(ctx.sizes.mem_checkpoints)]
+        cmd = [
+            sys.executable,
+            servers.__file__,
+            "--impl",
+            ctx.impl,
+            "--mem-child",
+            kind,
+            "--mem-items",
+            str(n),
+            "--checkpoints",
+            str(ctx.sizes.mem_checkpoints),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MEM_CHILD_TIMEOUT)
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
@@ -79,14 +89,26 @@ def run_mem(ctx: Ctx, kind: str) -> dict:
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         runs.append(res)
         values.append(res["value"])
-        what = (f"{res['value']:,.0f} bytes/item beyond data" if kind == "MEM"
-                else f"{res['value']:.3f}x the frame bytes")
-        ctx.log(f"  {kind} run {r + 1}/{ctx.repeat}: {what} ({res['items']:,} items, RSS "
-                f"{res['rss_before'] / 2**20:,.0f} -> {res['rss_after'] / 2**20:,.0f} MiB)")
+        what = (
+            f"{res['value']:,.0f} bytes/item beyond data"
+            if kind == "MEM"
+            else f"{res['value']:.3f}x the frame bytes"
+        )
+        ctx.log(
+            f"  {kind} run {r + 1}/{ctx.repeat}: {what} ({res['items']:,} items, RSS "
+            f"{res['rss_before'] / 2**20:,.0f} -> {res['rss_after'] / 2**20:,.0f} MiB)"
+        )
     unit = "bytes/item" if kind == "MEM" else "x data"
-    return {"unit": unit, "values": values, "runs": runs,
-            "params": {"items": n, "measured": "in a fresh process at this many items",
-                       "data_bytes_per_item": runs[0]["data_bytes_per_item"]}}
+    return {
+        "unit": unit,
+        "values": values,
+        "runs": runs,
+        "params": {
+            "items": n,
+            "measured": "in a fresh process at this many items",
+            "data_bytes_per_item": runs[0]["data_bytes_per_item"],
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,12 +126,22 @@ def run_impl(bench: Bench, impl: str, ids: list[str], args) -> dict:
     reverb, ver = import_impl(impl)
     log(f"impl={impl} version={ver} module={getattr(reverb, '__file__', '?')} mode={bench.mode}")
     ctx = Ctx(reverb, impl, bench.mode, args.sizes, args.repeat, args.sample_style)
-    out = {"impl": impl, "version": ver, "mode": bench.mode, "python": sys.version.split()[0],
-           "executable": sys.executable, "machine": platform.platform(),
-           "cpu_count": os.cpu_count(), "repeat": args.repeat, "quick": args.quick,
-           "sizes": asdict(args.sizes), "sample_style": args.sample_style,
-           "pin_cpu": args.pin_cpu, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "results": {}}
+    out = {
+        "impl": impl,
+        "version": ver,
+        "mode": bench.mode,
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "machine": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "repeat": args.repeat,
+        "quick": args.quick,
+        "sizes": asdict(args.sizes),
+        "sample_style": args.sample_style,
+        "pin_cpu": args.pin_cpu,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "results": {},
+    }
     if impl == "ostinato":
         out["commit"] = servers.git_commit()
     for wid in ids:
@@ -155,10 +187,24 @@ def run_reverb_side(bench: Bench, ids: list[str], args) -> dict:
     rev_ids = [w for w in bench.allowed if w in want]
     with tempfile.TemporaryDirectory() as td:
         jpath = os.path.join(td, "reverb.json")
-        cmd = [py, bench.script, "--impl", "reverb", "--workloads", ",".join(rev_ids),
-               "--repeat", str(args.repeat), "--json", jpath, "--sample-style", args.sample_style,
-               "--mem-items", str(args.sizes.mem_items),
-               "--mem3-items", str(args.sizes.mem3_items)]
+        cmd = [
+            py,
+            bench.script,
+            "--impl",
+            "reverb",
+            "--workloads",
+            ",".join(rev_ids),
+            "--repeat",
+            str(args.repeat),
+            "--json",
+            jpath,
+            "--sample-style",
+            args.sample_style,
+            "--mem-items",
+            str(args.sizes.mem_items),
+            "--mem3-items",
+            str(args.sizes.mem3_items),
+        ]
         cmd += (["--quick"] if args.quick else []) + bench.child_args(args)
         log(f"running reverb side: {' '.join(cmd)}")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -190,16 +236,22 @@ def fmt(v: float | None) -> str:
 
 def text_table(rows: list[tuple], hdr: tuple, left: tuple = (0,)) -> str:
     widths = [max(len(str(x[i])) for x in rows + [hdr]) for i in range(len(hdr))]
-    lines = ["  ".join(str(c).ljust(w) if i in left else str(c).rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths)))
-             for row in [hdr] + rows]
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i in left else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths))
+        )
+        for row in [hdr] + rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
 def markdown_table(rows: list[tuple], hdr: tuple, right: tuple = ()) -> str:
-    out = ["| " + " | ".join(hdr) + " |",
-           "|" + "|".join("---:" if i in right else "---" for i in range(len(hdr))) + "|"]
+    out = [
+        "| " + " | ".join(hdr) + " |",
+        "|" + "|".join("---:" if i in right else "---" for i in range(len(hdr))) + "|",
+    ]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
 
@@ -235,9 +287,11 @@ def compare_rows(bench: Bench, ost: dict, rev: dict) -> tuple[list[tuple], int, 
         ratio = "-"
         if ov is not None and rv:
             # Truncated, not rounded: a ratio short of its target never prints as the target.
-            ratio = (f"{math.floor(rv / ov * 10) / 10:.1f}× less"
-                     if t is not None and t.kind == "max"
-                     else f"{math.floor(ov / rv * 100) / 100:.2f}×")
+            ratio = (
+                f"{math.floor(rv / ov * 10) / 10:.1f}× less"
+                if t is not None and t.kind == "max"
+                else f"{math.floor(ov / rv * 100) / 100:.2f}×"
+            )
         verdict = ""
         if t is not None:
             total += 1
@@ -248,16 +302,25 @@ def compare_rows(bench: Bench, ost: dict, rev: dict) -> tuple[list[tuple], int, 
                 verdict, met = "met", met + 1
             else:
                 verdict = "**short**"
-        rows.append((label, "ERROR" if "error" in o else fmt(ov),
-                     "ERROR" if "error" in r else ("-" if not r else fmt(rv)),
-                     ratio, t.label() if t else "", verdict))
+        rows.append(
+            (
+                label,
+                "ERROR" if "error" in o else fmt(ov),
+                "ERROR" if "error" in r else ("-" if not r else fmt(rv)),
+                ratio,
+                t.label() if t else "",
+                verdict,
+            )
+        )
     return rows, met, total
 
 
 def print_single(out: dict, markdown: bool) -> None:
     quick = ", --quick sizes: a smoke test, not a measurement" if out.get("quick") else ""
-    print(f"\n{out['impl']} {out['version']}, {out['mode']} (python {out['python']}, median of "
-          f"{out['repeat']}{quick})")
+    print(
+        f"\n{out['impl']} {out['version']}, {out['mode']} (python {out['python']}, median of "
+        f"{out['repeat']}{quick})"
+    )
     rows = []
     for name, res in out["results"].items():
         if "error" in res:
@@ -265,8 +328,7 @@ def print_single(out: dict, markdown: bool) -> None:
         else:
             rows.append((name, fmt(res["median"]), fmt(res["min"]), fmt(res["max"]), res["unit"]))
     hdr = ("workload", "median", "min", "max", "unit")
-    print(markdown_table(rows, hdr, right=(1, 2, 3)) if markdown else text_table(rows, hdr,
-                                                                                 (0, 4)))
+    print(markdown_table(rows, hdr, right=(1, 2, 3)) if markdown else text_table(rows, hdr, (0, 4)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,39 +355,77 @@ class Bench:
 def parse_args(bench: Bench, description: str, argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--impl", choices=["ostinato", "reverb"], default="ostinato")
-    p.add_argument("--workloads", default=None,
-                   help=f"comma-separated subset of {','.join(bench.allowed)} (default: "
-                   f"{','.join(bench.default)})")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="runs per workload, median reported (default 3; 1 with --quick)")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes, for a smoke test of every workload (not a measurement)")
+    p.add_argument(
+        "--workloads",
+        default=None,
+        help=f"comma-separated subset of {','.join(bench.allowed)} (default: "
+        f"{','.join(bench.default)})",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="runs per workload, median reported (default 3; 1 with --quick)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, for a smoke test of every workload (not a measurement)",
+    )
     p.add_argument("--json", default=None, help="write results as JSON to this file")
-    p.add_argument("--compare-reverb", action="store_true",
-                   help="run ostinato here and dm-reverb via $OSTINATO_REVERB_PYTHON (default "
-                   f"{DEFAULT_REVERB_PYTHON}), then print the comparison as a markdown table")
-    p.add_argument("--reverb-json", default=None,
-                   help="with --compare-reverb: reuse a saved `--impl reverb --json` result")
-    p.add_argument("--markdown", action="store_true",
-                   help="single implementation: print the summary as markdown (the comparison "
-                   "table is always markdown)")
-    p.add_argument("--sample-style", choices=["timesteps", "flat"], default="timesteps",
-                   help="items of W4b/W5/W5b/W6/SCALE: 'timesteps' = one-step trajectories "
-                   "(history[c][-1:]) sampled with the default client.sample(); 'flat' = W1 "
-                   "items (history[c][-1]) sampled with emit_timesteps=False (dm-reverb cannot "
-                   "split squeezed columns into timesteps). W4/W4f name their style")
-    p.add_argument("--pin-cpu", type=int, default=None, metavar="CPU",
-                   help="pin this process and its children (servers, the reverb side, MEM "
-                   "runs) to one CPU")
-    p.add_argument("--mem-items", type=int, default=None,
-                   help=f"W1 items stored by MEM (default {wl.FULL.mem_items:,}; "
-                   f"{wl.QUICK.mem_items:,} with --quick)")
-    p.add_argument("--mem3-items", type=int, default=None,
-                   help=f"W3 frames stored by MEM3 (default {wl.FULL.mem3_items:,})")
+    p.add_argument(
+        "--compare-reverb",
+        action="store_true",
+        help="run ostinato here and dm-reverb via $OSTINATO_REVERB_PYTHON (default "
+        f"{DEFAULT_REVERB_PYTHON}), then print the comparison as a markdown table",
+    )
+    p.add_argument(
+        "--reverb-json",
+        default=None,
+        help="with --compare-reverb: reuse a saved `--impl reverb --json` result",
+    )
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="single implementation: print the summary as markdown (the comparison "
+        "table is always markdown)",
+    )
+    p.add_argument(
+        "--sample-style",
+        choices=["timesteps", "flat"],
+        default="timesteps",
+        help="items of W4b/W5/W5b/W6/SCALE: 'timesteps' = one-step trajectories "
+        "(history[c][-1:]) sampled with the default client.sample(); 'flat' = W1 "
+        "items (history[c][-1]) sampled with emit_timesteps=False (dm-reverb cannot "
+        "split squeezed columns into timesteps). W4/W4f name their style",
+    )
+    p.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="pin this process and its children (servers, the reverb side, MEM runs) to one CPU",
+    )
+    p.add_argument(
+        "--mem-items",
+        type=int,
+        default=None,
+        help=f"W1 items stored by MEM (default {wl.FULL.mem_items:,}; "
+        f"{wl.QUICK.mem_items:,} with --quick)",
+    )
+    p.add_argument(
+        "--mem3-items",
+        type=int,
+        default=None,
+        help=f"W3 frames stored by MEM3 (default {wl.FULL.mem3_items:,})",
+    )
     bench.add_args(p)
     args = p.parse_args(argv)
-    ids = ([w.strip() for w in args.workloads.split(",") if w.strip()] if args.workloads
-           else list(bench.default))
+    ids = (
+        [w.strip() for w in args.workloads.split(",") if w.strip()]
+        if args.workloads
+        else list(bench.default)
+    )
     bad = [w for w in ids if w not in bench.allowed]
     if bad:
         p.error(f"unknown workloads {bad}; choose from {bench.allowed}")
@@ -335,8 +435,11 @@ def parse_args(bench: Bench, description: str, argv=None) -> argparse.Namespace:
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
     sizes = wl.QUICK if args.quick else wl.FULL
-    args.sizes = replace(sizes, mem_items=args.mem_items or sizes.mem_items,
-                         mem3_items=args.mem3_items or sizes.mem3_items)
+    args.sizes = replace(
+        sizes,
+        mem_items=args.mem_items or sizes.mem_items,
+        mem3_items=args.mem3_items or sizes.mem3_items,
+    )
     return args
 
 
@@ -347,8 +450,11 @@ def main(bench: Bench, args: argparse.Namespace) -> int:
         log(f"pinned to CPU {args.pin_cpu} (inherited by subprocesses)")
     t_start = time.perf_counter()
     if not args.compare_reverb:
-        ids = [w for w in args.workload_list
-               if not (args.impl == "reverb" and wl.WORKLOADS[w].ostinato_only)]
+        ids = [
+            w
+            for w in args.workload_list
+            if not (args.impl == "reverb" and wl.WORKLOADS[w].ostinato_only)
+        ]
         out = run_impl(bench, args.impl, ids, args)
         print_single(out, args.markdown)
         bench.after(out, None, args)
@@ -366,14 +472,24 @@ def main(bench: Bench, args: argparse.Namespace) -> int:
     commit = f" @ {ost['commit']}" if ost.get("commit") else ""
     pin = f"; pinned to CPU {args.pin_cpu}" if args.pin_cpu is not None else ""
     quick = "; --quick sizes: SMOKE TEST, NOT A MEASUREMENT" if args.quick else ""
-    print(f"\n{bench.mode}: Ostinato {ost['version']}{commit} vs dm-reverb {rev['version']} "
-          f"(median of {args.repeat}; {os.cpu_count()} CPUs{pin}{quick})\n")
+    print(
+        f"\n{bench.mode}: Ostinato {ost['version']}{commit} vs dm-reverb {rev['version']} "
+        f"(median of {args.repeat}; {os.cpu_count()} CPUs{pin}{quick})\n"
+    )
     print(markdown_table(rows, COMPARE_HEADER, right=(1, 2, 3)))
     print(f"\ntargets met: {met} of {total}")
     bench.after(ost, rev, args)
-    _write_json(args.json, {"mode": bench.mode, "ostinato": ost, "reverb": rev,
-                            "targets_met": met, "targets": total,
-                            "table": markdown_table(rows, COMPARE_HEADER, right=(1, 2, 3))})
+    _write_json(
+        args.json,
+        {
+            "mode": bench.mode,
+            "ostinato": ost,
+            "reverb": rev,
+            "targets_met": met,
+            "targets": total,
+            "table": markdown_table(rows, COMPARE_HEADER, right=(1, 2, 3)),
+        },
+    )
     log(f"total {time.perf_counter() - t_start:.0f} s")
     return 0
 

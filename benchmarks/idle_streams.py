@@ -76,9 +76,14 @@ def active_streams(port: int) -> int:
 def measure(server: ServerProc, probes: int) -> dict:
     lat = probe(server.port, probes)
     st = _proc_status(server.proc.pid)
-    return {"p50": _pct(lat, 0.5), "p99": _pct(lat, 0.99), "max": max(lat),
-            "threads": st.get("Threads"), "rss_mb": (st.get("VmRSS") or 0) // 1024,
-            "streams": active_streams(server.port)}
+    return {
+        "p50": _pct(lat, 0.5),
+        "p99": _pct(lat, 0.99),
+        "max": max(lat),
+        "threads": st.get("Threads"),
+        "rss_mb": (st.get("VmRSS") or 0) // 1024,
+        "streams": active_streams(server.port),
+    }
 
 
 def main() -> None:
@@ -97,9 +102,12 @@ def main() -> None:
         server = ServerProc("ostinato", TABLE)
         try:
             base = measure(server, args.probes)
-            holder = subprocess.Popen([sys.executable, __file__, "--hold", str(server.port),
-                                       str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True)
+            holder = subprocess.Popen(
+                [sys.executable, __file__, "--hold", str(server.port), str(n)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert holder.stdout.readline().strip() == "open"
             deadline = time.monotonic() + 60
             while active_streams(server.port) < n and time.monotonic() < deadline:
@@ -115,13 +123,18 @@ def main() -> None:
     def ms(x: float) -> str:
         return f"{x * 1000:.1f} ms"
 
-    md = ["| idle streams open | server_info p50 / p99 (none open) | p50 / p99 (open) "
-          "| server threads (none / open) | RSS (none / open) |", "|---|---|---|---|---|"]
+    md = [
+        "| idle streams open | server_info p50 / p99 (none open) | p50 / p99 (open) "
+        "| server threads (none / open) | RSS (none / open) |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         a, b = r["without"], r["with"]
-        md.append(f"| {b['streams']} of {r['streams']} | {ms(a['p50'])} / {ms(a['p99'])} | "
-                  f"{ms(b['p50'])} / {ms(b['p99'])} | {a['threads']} / {b['threads']} | "
-                  f"{a['rss_mb']} / {b['rss_mb']} MB |")
+        md.append(
+            f"| {b['streams']} of {r['streams']} | {ms(a['p50'])} / {ms(a['p99'])} | "
+            f"{ms(b['p50'])} / {ms(b['p99'])} | {a['threads']} / {b['threads']} | "
+            f"{a['rss_mb']} / {b['rss_mb']} MB |"
+        )
     (HERE / "results_idle_streams.json").write_text(json.dumps(rows, indent=1))
     (HERE / "results_idle_streams.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

@@ -63,6 +63,7 @@ def log(msg: str) -> None:
 
 # -- the dataset (built the same way on both sides) ------------------------------------------
 
+
 def make_dataset(episodes: int, steps: int):
     """A ``tf.data.Dataset`` of RLDS episodes (dicts with a ``steps`` dataset)."""
     import numpy as np
@@ -78,9 +79,13 @@ def make_dataset(episodes: int, steps: int):
         action=rng.uniform(-1, 1, (episodes, steps, ACT_DIM)).astype(np.float32),
         reward=rng.standard_normal((episodes, steps), dtype=np.float32),
         discount=np.ones((episodes, steps), np.float32),
-        is_first=first, is_last=last, is_terminal=last.copy())
+        is_first=first,
+        is_last=last,
+        is_terminal=last.copy(),
+    )
     return tf.data.Dataset.from_tensor_slices(columns).map(
-        lambda episode: {"steps": tf.data.Dataset.from_tensor_slices(episode)})
+        lambda episode: {"steps": tf.data.Dataset.from_tensor_slices(episode)}
+    )
 
 
 def signature(side: str, data):
@@ -99,9 +104,14 @@ def make_server(side: str, sig, port: int | None = None):
         import reverb
     else:
         import ostinato as reverb
-    table = reverb.Table(TABLE, sampler=reverb.selectors.Uniform(),
-                         remover=reverb.selectors.Fifo(), max_size=1_000_000,
-                         rate_limiter=reverb.rate_limiters.MinSize(1), signature=sig)
+    table = reverb.Table(
+        TABLE,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=1_000_000,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=sig,
+    )
     return reverb.Server([table], port=port)
 
 
@@ -133,17 +143,22 @@ def push(side: str, data, client, rate: float | None = None) -> int:
         observer.flush()
         observer.close()
         return n
-    return rlds.push_rlds_to_table(data, client, TABLE, progress=False,
-                                   max_steps_per_second=rate)
+    return rlds.push_rlds_to_table(data, client, TABLE, progress=False, max_steps_per_second=rate)
 
 
 # -- child processes -------------------------------------------------------------------------
 
+
 def spawn(python: str, *args: str) -> subprocess.Popen:
     """A child running this script; it prints ``READY <port>`` when it is."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen([python, os.path.join(HERE, "ingest_bench.py"), *args],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [python, os.path.join(HERE, "ingest_bench.py"), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = proc.stdout.readline()
     if not line.startswith("READY"):
         proc.kill()
@@ -206,10 +221,17 @@ def run_here(args) -> dict:
             server.stop()
     expected = args.episodes * (args.steps - 1)
     if n != args.episodes * args.steps or size != expected:
-        raise RuntimeError(f"pushed {n} steps, table holds {size} items (expected "
-                           f"{args.episodes * args.steps} and {expected})")
-    return {"side": side, "mode": args.mode, "steps": n, "seconds": elapsed,
-            "steps_per_s": n / elapsed}
+        raise RuntimeError(
+            f"pushed {n} steps, table holds {size} items (expected "
+            f"{args.episodes * args.steps} and {expected})"
+        )
+    return {
+        "side": side,
+        "mode": args.mode,
+        "steps": n,
+        "seconds": elapsed,
+        "steps_per_s": n / elapsed,
+    }
 
 
 def run_sampler(args) -> dict:
@@ -222,8 +244,9 @@ def run_sampler(args) -> dict:
     try:
         client = make_client("ours", address, networked=True)
         push("ours", make_dataset(5, args.steps), client)  # items to sample from
-        sampler = spawn(sys.executable, "--sample-port", str(proc.port),
-                        "--batch-size", str(args.batch_size))
+        sampler = spawn(
+            sys.executable, "--sample-port", str(proc.port), "--batch-size", str(args.batch_size)
+        )
         time.sleep(args.baseline)
         data = make_dataset(args.episodes, args.steps)
         start = time.time()
@@ -244,24 +267,46 @@ def run_sampler(args) -> dict:
     def window(a: float, b: float) -> dict:
         inside = (times > a) & (times <= b)
         gaps = np.diff(times[(times > a - 1e-9) & (times <= b)])
-        return {"items_per_s": float(sizes[inside].sum() / (b - a)),
-                "batches": int(inside.sum()),
-                "max_gap_ms": float(gaps.max() * 1000) if len(gaps) else None,
-                "p99_gap_ms": float(np.percentile(gaps, 99) * 1000) if len(gaps) else None}
+        return {
+            "items_per_s": float(sizes[inside].sum() / (b - a)),
+            "batches": int(inside.sum()),
+            "max_gap_ms": float(gaps.max() * 1000) if len(gaps) else None,
+            "p99_gap_ms": float(np.percentile(gaps, 99) * 1000) if len(gaps) else None,
+        }
 
     base = window(times[0] + 1.0, start)  # the first second: the sampler warming up
     during = window(start, end)
-    return {"side": "ours", "mode": "sampler", "max_rate": args.max_rate, "steps": n,
-            "ingest_steps_per_s": n / (end - start),
-            "baseline": base, "during": during,
-            "slowdown": 1 - during["items_per_s"] / base["items_per_s"]}
+    return {
+        "side": "ours",
+        "mode": "sampler",
+        "max_rate": args.max_rate,
+        "steps": n,
+        "ingest_steps_per_s": n / (end - start),
+        "baseline": base,
+        "during": during,
+        "slowdown": 1 - during["items_per_s"] / base["items_per_s"],
+    }
 
 
 def child(python: str, args, side: str, mode: str) -> dict:
-    cmd = [python, os.path.join(HERE, "ingest_bench.py"), "--side", side, "--mode", mode,
-           "--episodes", str(args.episodes), "--steps", str(args.steps), "--baseline",
-           str(args.baseline), "--batch-size", str(args.batch_size), "--max-rate",
-           str(args.max_rate)]
+    cmd = [
+        python,
+        os.path.join(HERE, "ingest_bench.py"),
+        "--side",
+        side,
+        "--mode",
+        mode,
+        "--episodes",
+        str(args.episodes),
+        "--steps",
+        str(args.steps),
+        "--baseline",
+        str(args.baseline),
+        "--batch-size",
+        str(args.batch_size),
+        "--max-rate",
+        str(args.max_rate),
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -280,56 +325,86 @@ def compare(args) -> int:
             for side in order:
                 python = args.tfa_python if side == "tfa" else args.ours_python
                 r = child(python, args, side, mode)
-                log(f"rep {rep + 1}/{args.repeat} {mode:9s} {side:13s} "
-                    f"{r['steps_per_s']:10,.0f} steps/s ({r['seconds']:.2f} s)")
+                log(
+                    f"rep {rep + 1}/{args.repeat} {mode:9s} {side:13s} "
+                    f"{r['steps_per_s']:10,.0f} steps/s ({r['seconds']:.2f} s)"
+                )
                 results.setdefault((mode, side), []).append(r)
-        for rate in (args.sampler_rates if args.sampler else []):
-            r = child(args.ours_python, argparse.Namespace(**{**vars(args), "max_rate": rate}),
-                      "ours", "sampler")
-            log(f"rep {rep + 1}/{args.repeat} sampler (max rate {rate or 'none'}): "
+        for rate in args.sampler_rates if args.sampler else []:
+            r = child(
+                args.ours_python,
+                argparse.Namespace(**{**vars(args), "max_rate": rate}),
+                "ours",
+                "sampler",
+            )
+            log(
+                f"rep {rep + 1}/{args.repeat} sampler (max rate {rate or 'none'}): "
                 f"{r['baseline']['items_per_s']:,.0f} -> "
                 f"{r['during']['items_per_s']:,.0f} items/s while ingesting "
                 f"({r['ingest_steps_per_s']:,.0f} steps/s); max gap "
-                f"{r['baseline']['max_gap_ms']:.0f} -> {r['during']['max_gap_ms']:.0f} ms")
+                f"{r['baseline']['max_gap_ms']:.0f} -> {r['during']['max_gap_ms']:.0f} ms"
+            )
             sampler_runs.append(r)
-    summary: dict = {"episodes": args.episodes, "steps": args.steps, "repeat": args.repeat,
-                     "median_steps_per_s": {}, "ratio_ours_to_tfa": {}}
-    print(f"\n{args.episodes} episodes x {args.steps} steps, sequence_length=2, "
-          f"median of {args.repeat}:")
+    summary: dict = {
+        "episodes": args.episodes,
+        "steps": args.steps,
+        "repeat": args.repeat,
+        "median_steps_per_s": {},
+        "ratio_ours_to_tfa": {},
+    }
+    print(
+        f"\n{args.episodes} episodes x {args.steps} steps, sequence_length=2, "
+        f"median of {args.repeat}:"
+    )
     for mode in args.modes:
-        med = {side: statistics.median(r["steps_per_s"] for r in results[(mode, side)])
-               for side in sides}
+        med = {
+            side: statistics.median(r["steps_per_s"] for r in results[(mode, side)])
+            for side in sides
+        }
         summary["median_steps_per_s"][mode] = med
         ratios = {side: med[side] / med["tfa"] for side in sides if side != "tfa"}
         summary["ratio_ours_to_tfa"][mode] = ratios
         cells = "  ".join(f"{side} {med[side]:,.0f}" for side in sides)
-        print(f"  {mode:9s} steps/s: {cells}  ->  ours/tfa "
-              + ", ".join(f"{side} {x:.1f}x" for side, x in ratios.items()))
-    for rate in (args.sampler_rates if args.sampler else []):
+        print(
+            f"  {mode:9s} steps/s: {cells}  ->  ours/tfa "
+            + ", ".join(f"{side} {x:.1f}x" for side, x in ratios.items())
+        )
+    for rate in args.sampler_rates if args.sampler else []:
         runs = [r for r in sampler_runs if r["max_rate"] == rate]
 
         def med(f, runs=runs):
             return statistics.median(f(r) for r in runs)
-        s = {"baseline_items_per_s": med(lambda r: r["baseline"]["items_per_s"]),
-             "during_items_per_s": med(lambda r: r["during"]["items_per_s"]),
-             "slowdown": med(lambda r: r["slowdown"]),
-             "baseline_max_gap_ms": med(lambda r: r["baseline"]["max_gap_ms"]),
-             "during_max_gap_ms": med(lambda r: r["during"]["max_gap_ms"]),
-             "during_p99_gap_ms": med(lambda r: r["during"]["p99_gap_ms"]),
-             "ingest_steps_per_s": med(lambda r: r["ingest_steps_per_s"])}
+
+        s = {
+            "baseline_items_per_s": med(lambda r: r["baseline"]["items_per_s"]),
+            "during_items_per_s": med(lambda r: r["during"]["items_per_s"]),
+            "slowdown": med(lambda r: r["slowdown"]),
+            "baseline_max_gap_ms": med(lambda r: r["baseline"]["max_gap_ms"]),
+            "during_max_gap_ms": med(lambda r: r["during"]["max_gap_ms"]),
+            "during_p99_gap_ms": med(lambda r: r["during"]["p99_gap_ms"]),
+            "ingest_steps_per_s": med(lambda r: r["ingest_steps_per_s"]),
+        }
         summary.setdefault("sampler", {})[str(rate or "none")] = s
-        print(f"  sampler (networked, batches of {args.batch_size}, ingestion max rate "
-              f"{rate or 'none'}): "
-              f"{s['baseline_items_per_s']:,.0f} items/s before, "
-              f"{s['during_items_per_s']:,.0f} during ingestion ({s['slowdown']:.0%} slower); "
-              f"longest gap {s['baseline_max_gap_ms']:.0f} ms before, "
-              f"{s['during_max_gap_ms']:.0f} ms during (p99 {s['during_p99_gap_ms']:.0f} ms); "
-              f"ingestion {s['ingest_steps_per_s']:,.0f} steps/s while sampled")
+        print(
+            f"  sampler (networked, batches of {args.batch_size}, ingestion max rate "
+            f"{rate or 'none'}): "
+            f"{s['baseline_items_per_s']:,.0f} items/s before, "
+            f"{s['during_items_per_s']:,.0f} during ingestion ({s['slowdown']:.0%} slower); "
+            f"longest gap {s['baseline_max_gap_ms']:.0f} ms before, "
+            f"{s['during_max_gap_ms']:.0f} ms during (p99 {s['during_p99_gap_ms']:.0f} ms); "
+            f"ingestion {s['ingest_steps_per_s']:,.0f} steps/s while sampled"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"summary": summary, "runs": {f"{m}/{s}": r for (m, s), r in
-                                                    results.items()},
-                       "sampler_runs": sampler_runs}, f, indent=1)
+            json.dump(
+                {
+                    "summary": summary,
+                    "runs": {f"{m}/{s}": r for (m, s), r in results.items()},
+                    "sampler_runs": sampler_runs,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -338,21 +413,35 @@ def parse_args(argv=None):
     p.add_argument("--compare", action="store_true", help="run both sides side by side")
     p.add_argument("--side", choices=["tfa", "ours", "ours-observer"], default="ours")
     p.add_argument("--mode", choices=["embedded", "networked", "sampler"], default="embedded")
-    p.add_argument("--modes", default="embedded,networked",
-                   type=lambda s: [m for m in s.split(",") if m])
+    p.add_argument(
+        "--modes", default="embedded,networked", type=lambda s: [m for m in s.split(",") if m]
+    )
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--steps", type=int, default=1000, help="steps per episode")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--observer", action="store_true",
-                   help="also time push_rlds_to_reverb through Ostinato's TrajectoryObserver")
-    p.add_argument("--sampler", action="store_true",
-                   help="also measure a concurrent sampler's slowdown while ingesting")
-    p.add_argument("--sampler-rates", default="0",
-                   type=lambda s: [float(x) for x in s.split(",") if x],
-                   help="ingestion rate caps (steps/s) to measure the sampler with; 0: none")
+    p.add_argument(
+        "--observer",
+        action="store_true",
+        help="also time push_rlds_to_reverb through Ostinato's TrajectoryObserver",
+    )
+    p.add_argument(
+        "--sampler",
+        action="store_true",
+        help="also measure a concurrent sampler's slowdown while ingesting",
+    )
+    p.add_argument(
+        "--sampler-rates",
+        default="0",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        help="ingestion rate caps (steps/s) to measure the sampler with; 0: none",
+    )
     p.add_argument("--max-rate", type=float, default=0.0, help=argparse.SUPPRESS)
-    p.add_argument("--baseline", type=float, default=6.0,
-                   help="seconds the sampler runs before ingestion starts")
+    p.add_argument(
+        "--baseline",
+        type=float,
+        default=6.0,
+        help="seconds the sampler runs before ingestion starts",
+    )
     p.add_argument("--batch-size", type=int, default=256, help="sampler batch size")
     p.add_argument("--tfa-python", default=DEFAULT_TFA_PY)
     p.add_argument("--ours-python", default=sys.executable)

@@ -64,8 +64,16 @@ class _Scraper(threading.Thread):
 
 
 def _tables(reverb, names):
-    return [reverb.Table(n, reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1_000_000,
-                         reverb.rate_limiters.MinSize(1)) for n in names]
+    return [
+        reverb.Table(
+            n,
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            1_000_000,
+            reverb.rate_limiters.MinSize(1),
+        )
+        for n in names
+    ]
 
 
 def serve_child(metrics: bool) -> int:
@@ -73,8 +81,9 @@ def serve_child(metrics: bool) -> int:
     import ostinato as reverb
 
     names = [f"t{i}" for i in range(int(os.environ.get("OVERHEAD_TABLES", "8")))]
-    server = reverb.Server(_tables(reverb, names), port=0,
-                           **({"metrics_port": 0} if metrics else {}))
+    server = reverb.Server(
+        _tables(reverb, names), port=0, **({"metrics_port": 0} if metrics else {})
+    )
     print(f"PORT {server.port} METRICS {getattr(server, 'metrics_port', None) or 0}", flush=True)
     sys.stdin.read()
     server.stop()
@@ -88,15 +97,20 @@ class _Setup:
         metrics = variant == "on"
         self.variant, self.proc, self.scraper = variant, None, None
         if args.mode == "embedded":
-            self.server = reverb.Server(_tables(reverb, names),
-                                        **({"metrics_port": 0} if metrics else {}))
+            self.server = reverb.Server(
+                _tables(reverb, names), **({"metrics_port": 0} if metrics else {})
+            )
             self.client = self.server.localhost_client()
             mport = getattr(self.server, "metrics_port", None)
         else:
             self.server = None
             self.proc = subprocess.Popen(
                 [sys.executable, __file__, "--serve", "--variant", variant],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=os.environ.copy(),
+            )
             words = self.proc.stdout.readline().split()
             port, mport = int(words[1]), int(words[3]) or None
             self.client = reverb.Client(f"localhost:{port}", in_process=False)
@@ -165,8 +179,9 @@ def run_child(args: argparse.Namespace) -> int:
                 t0 = time.perf_counter()
                 n = wl.sample_loop(s.client, s.table, sizes.sample_total)
                 return n / (time.perf_counter() - t0)
+
         for i in range(args.inner):
-            order = setups[i % len(setups):] + setups[:i % len(setups)]
+            order = setups[i % len(setups) :] + setups[: i % len(setups)]
             for s in order:
                 for other in setups:
                     other.pause_scraper(other is not s)
@@ -174,9 +189,19 @@ def run_child(args: argparse.Namespace) -> int:
     finally:
         for s in setups:
             s.close()
-    print(json.dumps({s.variant: {"values": s.values, "median": statistics.median(s.values),
-                                  "scrapes": s.scraper.count if s.scraper else 0}
-                      for s in setups} | {"ostinato": reverb.__file__}))
+    print(
+        json.dumps(
+            {
+                s.variant: {
+                    "values": s.values,
+                    "median": statistics.median(s.values),
+                    "scrapes": s.scraper.count if s.scraper else 0,
+                }
+                for s in setups
+            }
+            | {"ostinato": reverb.__file__}
+        )
+    )
     return 0
 
 
@@ -188,9 +213,21 @@ def one_run(args: argparse.Namespace, variants: list[str], workload: str) -> dic
     base = variants == ["base"]
     src = args.baseline_src if base else str(SRC)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, __file__, "--child", "--variant", "off" if base else ",".join(variants),
-           "--mode", args.mode, "--workload", workload, "--inner", str(args.inner),
-           "--scrape-every", str(args.scrape_every)] + (["--quick"] if args.quick else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--variant",
+        "off" if base else ",".join(variants),
+        "--mode",
+        args.mode,
+        "--workload",
+        workload,
+        "--inner",
+        str(args.inner),
+        "--scrape-every",
+        str(args.scrape_every),
+    ] + (["--quick"] if args.quick else [])
     if args.nice:
         cmd = ["nice", "-n", str(args.nice), *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -209,11 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", choices=["embedded", "networked"], default="embedded")
     p.add_argument("--workloads", default="W1,W4")
-    p.add_argument("--variants", default="off,on",
-                   help="comma-separated from off, on, base (base needs --baseline-src)")
+    p.add_argument(
+        "--variants",
+        default="off,on",
+        help="comma-separated from off, on, base (base needs --baseline-src)",
+    )
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--inner", type=int, default=5,
-                   help="timed runs of each variant per child process")
+    p.add_argument(
+        "--inner", type=int, default=5, help="timed runs of each variant per child process"
+    )
     p.add_argument("--scrape-every", type=float, default=0.5)
     p.add_argument("--baseline-src", help="source tree for the 'base' variant")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
@@ -241,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     scrapes = {w: 0 for w in workloads}
     for r in range(args.rounds):
         for workload in workloads:
-            groups = [g for g in ([inner[r % len(inner):] + inner[:r % len(inner)]] if inner
-                                  else []) + ([["base"]] if "base" in variants else [])]
+            groups = [
+                g
+                for g in ([inner[r % len(inner) :] + inner[: r % len(inner)]] if inner else [])
+                + ([["base"]] if "base" in variants else [])
+            ]
             if r % 2:
                 groups.reverse()
             for group in groups:
@@ -251,42 +295,65 @@ def main(argv: list[str] | None = None) -> int:
                     values[workload][v] += got["values"]
                     medians[workload][v].append(got["median"])
                     scrapes[workload] += got["scrapes"]
-                    log(f"round {r + 1}/{args.rounds} {workload} {v}: median {got['median']:,.0f}"
+                    log(
+                        f"round {r + 1}/{args.rounds} {workload} {v}: median {got['median']:,.0f}"
                         f" items/s of {len(got['values'])} runs"
-                        + (f" ({got['scrapes']} scrapes)" if v == "on" else ""))
+                        + (f" ({got['scrapes']} scrapes)" if v == "on" else "")
+                    )
                 if "on" in res and "off" in res:
-                    pairs[workload] += [a / b for a, b in zip(res["on"]["values"],
-                                                              res["off"]["values"])]
-    lines = [f"mode={args.mode} rounds={args.rounds} inner={args.inner} "
-             f"scrape_every={args.scrape_every}s quick={args.quick} cpus={os.cpu_count()}",
-             f"{'workload':8} {'variant':8} {'median items/s':>15} {'min':>10} {'max':>10} "
-             f"{'runs':>5}"]
+                    pairs[workload] += [
+                        a / b for a, b in zip(res["on"]["values"], res["off"]["values"])
+                    ]
+    lines = [
+        f"mode={args.mode} rounds={args.rounds} inner={args.inner} "
+        f"scrape_every={args.scrape_every}s quick={args.quick} cpus={os.cpu_count()}",
+        f"{'workload':8} {'variant':8} {'median items/s':>15} {'min':>10} {'max':>10} {'runs':>5}",
+    ]
     summary: dict[str, dict[str, dict[str, float]]] = {}
     for workload in workloads:
         summary[workload] = {}
         for v in variants:
             vals = values[workload][v]
-            summary[workload][v] = {"median": statistics.median(vals), "min": min(vals),
-                                    "max": max(vals), "runs": len(vals)}
-            lines.append(f"{workload:8} {v:8} {statistics.median(vals):>15,.0f} "
-                         f"{min(vals):>10,.0f} {max(vals):>10,.0f} {len(vals):>5}")
+            summary[workload][v] = {
+                "median": statistics.median(vals),
+                "min": min(vals),
+                "max": max(vals),
+                "runs": len(vals),
+            }
+            lines.append(
+                f"{workload:8} {v:8} {statistics.median(vals):>15,.0f} "
+                f"{min(vals):>10,.0f} {max(vals):>10,.0f} {len(vals):>5}"
+            )
         ps = pairs[workload]
         if ps:
-            summary[workload]["on/off"] = {"median": statistics.median(ps), "min": min(ps),
-                                           "max": max(ps), "pairs": len(ps)}
-            lines.append(f"{workload:8} on/off, adjacent runs in one process: median "
-                         f"{statistics.median(ps):.3f} (range {min(ps):.3f}..{max(ps):.3f}, "
-                         f"{len(ps)} pairs; {scrapes[workload]} scrapes)")
+            summary[workload]["on/off"] = {
+                "median": statistics.median(ps),
+                "min": min(ps),
+                "max": max(ps),
+                "pairs": len(ps),
+            }
+            lines.append(
+                f"{workload:8} on/off, adjacent runs in one process: median "
+                f"{statistics.median(ps):.3f} (range {min(ps):.3f}..{max(ps):.3f}, "
+                f"{len(ps)} pairs; {scrapes[workload]} scrapes)"
+            )
         if "base" in variants and "off" in variants:
             rs = [b / o for b, o in zip(medians[workload]["base"], medians[workload]["off"])]
-            summary[workload]["base/off"] = {"median": statistics.median(rs), "min": min(rs),
-                                             "max": max(rs), "rounds": len(rs)}
-            lines.append(f"{workload:8} base/off, per-round medians: median "
-                         f"{statistics.median(rs):.3f} (range {min(rs):.3f}..{max(rs):.3f})")
+            summary[workload]["base/off"] = {
+                "median": statistics.median(rs),
+                "min": min(rs),
+                "max": max(rs),
+                "rounds": len(rs),
+            }
+            lines.append(
+                f"{workload:8} base/off, per-round medians: median "
+                f"{statistics.median(rs):.3f} (range {min(rs):.3f}..{max(rs):.3f})"
+            )
     print("\n".join(lines))
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "values": values,
-                                              "summary": summary}, indent=2))
+        Path(args.out).write_text(
+            json.dumps({"args": vars(args), "values": values, "summary": summary}, indent=2)
+        )
     return 0
 
 

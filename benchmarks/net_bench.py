@@ -44,8 +44,7 @@ from harness import Target
 from servers import log
 
 DEFAULT_PLOT = Path(__file__).resolve().parent / "scaling.png"
-DEFAULT = ["W1", "W1t", "W2", "W3", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "W6",
-           "SCALE"]
+DEFAULT = ["W1", "W1t", "W2", "W3", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "W6", "SCALE"]
 SCALE_CLIENTS, SCALE_CLIENTS_QUICK = [1, 2, 4, 8], [1, 2]
 WORKER_TIMEOUT = 300
 TARGETS = {
@@ -98,13 +97,28 @@ def worker_main(impl: str, port: int, sample_style: str) -> int:
 
 class WorkerProc:
     def __init__(self, impl: str, port: int, idx: int, sample_style: str):
-        cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--scale-worker",
-               str(port), "--sample-style", sample_style]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--impl",
+            impl,
+            "--scale-worker",
+            str(port),
+            "--sample-style",
+            sample_style,
+        ]
         self.idx = idx
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
-        threading.Thread(target=servers.pump, args=(self.proc.stderr, f"  (client {idx}) "),
-                         daemon=True).start()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        threading.Thread(
+            target=servers.pump, args=(self.proc.stderr, f"  (client {idx}) "), daemon=True
+        ).start()
 
     def expect(self, what: str) -> str:
         return servers.readline(self.proc, WORKER_TIMEOUT, f"client process {self.idx} ({what})")
@@ -137,17 +151,24 @@ def run_scale(ctx: harness.Ctx, args) -> dict:
         try:
             port = dep.proc.port
             t0 = time.perf_counter()
-            workers = [WorkerProc(ctx.impl, port, i, ctx.sample_style)
-                       for i in range(max(clients))]
+            workers = [WorkerProc(ctx.impl, port, i, ctx.sample_style) for i in range(max(clients))]
             for wp in workers:
                 if wp.expect("start") != "READY":
                     raise RuntimeError(f"client process {wp.idx}: bad start")
             log(f"  {len(workers)} client processes ready in {time.perf_counter() - t0:.1f} s")
-            for op, table, total in (("W1", "scale_w1", sizes.scale_w1_total),
-                                     ("W4", "scale_w4", sizes.scale_w4_total)):
+            for op, table, total in (
+                ("W1", "scale_w1", sizes.scale_w1_total),
+                ("W4", "scale_w4", sizes.scale_w4_total),
+            ):
                 if op == "W4":
-                    wl.fill_w1(ctx, dep.client(), table, sizes.fill_items, seed=40,
-                               trajectory=ctx.sample_style == "timesteps")
+                    wl.fill_w1(
+                        ctx,
+                        dep.client(),
+                        table,
+                        sizes.fill_items,
+                        seed=40,
+                        trajectory=ctx.sample_style == "timesteps",
+                    )
                     ctx.settle()
                 for n in clients:
                     vals = []
@@ -161,11 +182,19 @@ def run_scale(ctx: harness.Ctx, args) -> dict:
             for wp in workers:
                 servers.stop_child(wp.proc)
     medians = {op: {n: statistics.median(v) for n, v in d.items()} for op, d in out.items()}
-    return {"kind": "scaling", "unit": "items/s", "clients": clients, "values": out,
-            "median": medians,
-            "params": {"W1_total_items": sizes.scale_w1_total,
-                       "W4_total_samples": sizes.scale_w4_total, "repeat": args.scale_repeat,
-                       "sample_style": ctx.sample_style}}
+    return {
+        "kind": "scaling",
+        "unit": "items/s",
+        "clients": clients,
+        "values": out,
+        "median": medians,
+        "params": {
+            "W1_total_items": sizes.scale_w1_total,
+            "W4_total_samples": sizes.scale_w4_total,
+            "repeat": args.scale_repeat,
+            "sample_style": ctx.sample_style,
+        },
+    }
 
 
 # ---- output: scaling table and plot ----------------------------------------------------------
@@ -180,8 +209,15 @@ def scaling_rows(ost: dict | None, rev: dict | None) -> list[tuple]:
         for n in (so or sr)["clients"]:
             ov = so["median"][op].get(str(n)) if so else None
             rv = sr["median"][op].get(str(n)) if sr else None
-            rows.append((op, str(n), harness.fmt(ov), harness.fmt(rv),
-                         f"{ov / rv:.2f}×" if ov and rv else "-"))
+            rows.append(
+                (
+                    op,
+                    str(n),
+                    harness.fmt(ov),
+                    harness.fmt(rv),
+                    f"{ov / rv:.2f}×" if ov and rv else "-",
+                )
+            )
     return rows
 
 
@@ -199,10 +235,14 @@ def make_plot(ost: dict | None, rev: dict | None, path: str) -> str | None:
     if not series:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"ostinato": dict(color="tab:blue", marker="o"),
-              "reverb": dict(color="tab:orange", marker="s", linestyle="--")}
-    titles = {"W1": "W1 insert_small (trajectory writer, 1 item/step)",
-              "W4": "W4 sample_uniform (client.sample, 256/call)"}
+    styles = {
+        "ostinato": dict(color="tab:blue", marker="o"),
+        "reverb": dict(color="tab:orange", marker="s", linestyle="--"),
+    }
+    titles = {
+        "W1": "W1 insert_small (trajectory writer, 1 item/step)",
+        "W4": "W4 sample_uniform (client.sample, 256/call)",
+    }
     for ax, op in zip(axes, ("W1", "W4")):
         for impl, ver, sc in series:
             xs = [int(n) for n in sc["clients"]]
@@ -210,22 +250,30 @@ def make_plot(ost: dict | None, rev: dict | None, path: str) -> str | None:
             label = f"{impl} {ver}" if impl == "ostinato" else f"dm-reverb {ver}"
             ax.plot(xs, ys, label=label, **styles.get(impl, {}))
             for x, y in zip(xs, ys):
-                ax.annotate(f"{y / 1000:.1f}k", (x, y), textcoords="offset points",
-                            xytext=(0, 6), ha="center", fontsize=8)
+                ax.annotate(
+                    f"{y / 1000:.1f}k",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    fontsize=8,
+                )
         ax.set_xscale("log", base=2)
         ax.set_xticks([int(n) for n in series[0][2]["clients"]])
         ax.set_xticklabels([str(n) for n in series[0][2]["clients"]])
         top = max(sc["median"][op][str(n)] for _, _, sc in series for n in sc["clients"])
         ax.set_ylim(0, top * 1.18)
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-            lambda v, _pos: f"{v / 1000:g}k"))
+        ax.yaxis.set_major_formatter(
+            matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v / 1000:g}k")
+        )
         ax.set_xlabel("client processes")
         ax.set_ylabel("items/s (all clients)")
         ax.set_title(titles[op], fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Networked mode, server in its own process, localhost, "
-                 f"{os.cpu_count()} CPUs", fontsize=10)
+    fig.suptitle(
+        f"Networked mode, server in its own process, localhost, {os.cpu_count()} CPUs", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -238,12 +286,14 @@ def after(out: dict, rev: dict | None, args) -> None:
     None for a single implementation's run (``out`` is then Ostinato's or Reverb's)."""
     if not out.get("scaling") and not (rev or {}).get("scaling"):
         return
-    print(f"\nscaling (aggregate items/s over client processes, median of {args.scale_repeat}):"
-          "\n")
+    print(f"\nscaling (aggregate items/s over client processes, median of {args.scale_repeat}):\n")
     if rev is None:
         sc = out["scaling"]
-        rows = [(op, str(n), harness.fmt(sc["median"][op][str(n)]))
-                for op in ("W1", "W4") for n in sc["clients"]]
+        rows = [
+            (op, str(n), harness.fmt(sc["median"][op][str(n)]))
+            for op in ("W1", "W4")
+            for n in sc["clients"]
+        ]
         hdr: tuple = ("workload", "clients", f"{out['impl']} items/s")
     else:
         rows = scaling_rows(out, rev)
@@ -260,27 +310,54 @@ def after(out: dict, rev: dict | None, args) -> None:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scale-clients", default=None,
-                   help="client process counts for SCALE (default 1,2,4,8; 1,2 with --quick)")
-    p.add_argument("--scale-repeat", type=int, default=None,
-                   help="runs per SCALE point, median reported (default 3; 1 with --quick)")
-    p.add_argument("--plot", default=None,
-                   help=f"where SCALE's PNG goes (default {DEFAULT_PLOT}; none with --quick)")
+    p.add_argument(
+        "--scale-clients",
+        default=None,
+        help="client process counts for SCALE (default 1,2,4,8; 1,2 with --quick)",
+    )
+    p.add_argument(
+        "--scale-repeat",
+        type=int,
+        default=None,
+        help="runs per SCALE point, median reported (default 3; 1 with --quick)",
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        help=f"where SCALE's PNG goes (default {DEFAULT_PLOT}; none with --quick)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not write the SCALE plot")
-    p.add_argument("--plot-from", default=None, metavar="JSON",
-                   help="only redraw the plot (--plot) from a saved --json result, then exit")
+    p.add_argument(
+        "--plot-from",
+        default=None,
+        metavar="JSON",
+        help="only redraw the plot (--plot) from a saved --json result, then exit",
+    )
     p.add_argument("--scale-worker", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def child_args(args) -> list[str]:
-    return ["--scale-clients", ",".join(map(str, args.scale_clients)),
-            "--scale-repeat", str(args.scale_repeat), "--no-plot"]
+    return [
+        "--scale-clients",
+        ",".join(map(str, args.scale_clients)),
+        "--scale-repeat",
+        str(args.scale_repeat),
+        "--no-plot",
+    ]
 
 
-BENCH = harness.Bench(name="net_bench", script=os.path.abspath(__file__), mode="networked",
-                      default=DEFAULT, allowed=DEFAULT, targets=TARGETS,
-                      runners={"SCALE": run_scale}, add_args=add_args, child_args=child_args,
-                      after=after)
+BENCH = harness.Bench(
+    name="net_bench",
+    script=os.path.abspath(__file__),
+    mode="networked",
+    default=DEFAULT,
+    allowed=DEFAULT,
+    targets=TARGETS,
+    runners={"SCALE": run_scale},
+    add_args=add_args,
+    child_args=child_args,
+    after=after,
+)
 
 
 def main(argv=None) -> int:
@@ -290,7 +367,8 @@ def main(argv=None) -> int:
         return worker_main(args.impl, args.scale_worker, args.sample_style)
     try:
         clients = args.scale_clients or ",".join(
-            map(str, SCALE_CLIENTS_QUICK if args.quick else SCALE_CLIENTS))
+            map(str, SCALE_CLIENTS_QUICK if args.quick else SCALE_CLIENTS)
+        )
         args.scale_clients = sorted({int(x) for x in clients.split(",") if x.strip()})
     except ValueError:
         raise SystemExit("--scale-clients must be comma-separated integers") from None

@@ -34,8 +34,12 @@ def _func(frame: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("raw", help="py-spy raw output (-f raw)")
-    p.add_argument("--match", action="append", default=[],
-                   help="keep stacks containing this substring (repeatable: any)")
+    p.add_argument(
+        "--match",
+        action="append",
+        default=[],
+        help="keep stacks containing this substring (repeatable: any)",
+    )
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--lines", action="store_true", help="per source line instead of function")
     args = p.parse_args()
@@ -76,14 +80,24 @@ def main() -> int:
             self_c[fmt(frames[-1])] += c
             for fr in {fmt(x) for x in frames}:
                 incl[fr] += c
-        print(f"\n== {name}: {total} samples" + (f" (stacks matching {args.match})"
-                                                 if args.match else ""))
+        print(
+            f"\n== {name}: {total} samples"
+            + (f" (stacks matching {args.match})" if args.match else "")
+        )
         print(f"  {'self %':>7}  function")
         for fn, c in self_c.most_common(args.top):
             print(f"  {100 * c / total:6.1f}%  {fn}")
         print(f"  {'total %':>7}  function (on the stack)")
-        skip = ("Thread.", "_bootstrap", "<module>", "main (net_bench", "run_impl", "_worker (",
-                "_WorkItem.run", "Thread.run")
+        skip = (
+            "Thread.",
+            "_bootstrap",
+            "<module>",
+            "main (net_bench",
+            "run_impl",
+            "_worker (",
+            "_WorkItem.run",
+            "Thread.run",
+        )
         shown = 0
         for fn, c in incl.most_common():
             if fn.startswith(skip) or any(s in fn for s in skip):

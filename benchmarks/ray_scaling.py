@@ -45,10 +45,22 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 TABLE = "replay"
-CONFIG = {"tables": [{
-    "table_name": TABLE, "sampler": {"uniform": True}, "remover": {"fifo": True},
-    "max_size": 10_000_000, "rate_limiter": {"samples_per_insert": 1.0, "min_size_to_sample": 1,
-                                             "min_diff": -1e300, "max_diff": 1e300}}]}
+CONFIG = {
+    "tables": [
+        {
+            "table_name": TABLE,
+            "sampler": {"uniform": True},
+            "remover": {"fifo": True},
+            "max_size": 10_000_000,
+            "rate_limiter": {
+                "samples_per_insert": 1.0,
+                "min_size_to_sample": 1,
+                "min_diff": -1e300,
+                "max_diff": 1e300,
+            },
+        }
+    ]
+}
 
 
 def log(msg: str) -> None:
@@ -59,18 +71,30 @@ def log(msg: str) -> None:
 
 def _git_commit() -> str | None:
     try:
-        head = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--", "../src"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(HERE), "status", "--porcelain", "--", "../src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head + ("+dirty src" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 def _machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg_start": list(os.getloadavg())}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_start": list(os.getloadavg()),
+    }
 
 
 # -- part 1: Ray shards ----------------------------------------------------------------------------
@@ -80,9 +104,14 @@ class Writer:
     def prepare(self, group: Any, first_shard: int, n: int, seed: int) -> None:
         rng = np.random.default_rng(seed)
         self.client = group.client(first_shard=first_shard)
-        self.steps = [{"obs": rng.standard_normal(8).astype(np.float32),
-                       "action": np.int32(i % 7), "reward": np.float32(i % 3)}
-                      for i in range(min(n, 4096))]
+        self.steps = [
+            {
+                "obs": rng.standard_normal(8).astype(np.float32),
+                "action": np.int32(i % 7),
+                "reward": np.float32(i % 3),
+            }
+            for i in range(min(n, 4096))
+        ]
         self.n = n
         self.writer = self.client.trajectory_writer(1)
         self._write(200)  # connect and warm up, untimed
@@ -91,9 +120,15 @@ class Writer:
         w, steps = self.writer, self.steps
         for i in range(n):
             w.append(steps[i % len(steps)])
-            w.create_item(TABLE, 1.0, {"obs": w.history["obs"][-1],
-                                       "action": w.history["action"][-1],
-                                       "reward": w.history["reward"][-1]})
+            w.create_item(
+                TABLE,
+                1.0,
+                {
+                    "obs": w.history["obs"][-1],
+                    "action": w.history["action"][-1],
+                    "reward": w.history["reward"][-1],
+                },
+            )
         w.flush()
 
     def run(self, start_at: float) -> tuple[float, float, int]:
@@ -130,13 +165,15 @@ def _aggregate(results: list[tuple[float, float, int]]) -> float:
 
 def run_ray(args: argparse.Namespace) -> dict[str, Any]:
     import ray
-
     from ostinato.ray import start_shards
 
     src = str(HERE.parent / "src")
     path = os.pathsep.join(p for p in (src, str(HERE), os.environ.get("PYTHONPATH")) if p)
-    init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                            "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+    init: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "runtime_env": {"env_vars": {"PYTHONPATH": path}},
+    }
     if args.address:
         init["address"] = args.address
     else:
@@ -146,11 +183,20 @@ def run_ray(args: argparse.Namespace) -> dict[str, Any]:
     ray.init(**init)
     writer_cls = ray.remote(num_cpus=1)(Writer)
     sampler_cls = ray.remote(num_cpus=1)(Sampler)
-    out: dict[str, Any] = {"shards": args.shards, "writers": args.writers,
-                           "samplers": args.samplers, "items_per_writer": args.items,
-                           "samples_per_sampler": args.samples, "batch": args.batch,
-                           "repeat": args.repeat, "insert": {}, "sample": {}, "runs": {},
-                           "ray_version": ray.__version__, "ray_nodes": len(ray.nodes())}
+    out: dict[str, Any] = {
+        "shards": args.shards,
+        "writers": args.writers,
+        "samplers": args.samplers,
+        "items_per_writer": args.items,
+        "samples_per_sampler": args.samples,
+        "batch": args.batch,
+        "repeat": args.repeat,
+        "insert": {},
+        "sample": {},
+        "runs": {},
+        "ray_version": ray.__version__,
+        "ray_nodes": len(ray.nodes()),
+    }
     try:
         for n in args.shards:
             log(f"[ray] {n} shard(s): starting")
@@ -161,19 +207,24 @@ def run_ray(args: argparse.Namespace) -> dict[str, Any]:
                 ins, smp = [], []
                 for r in range(args.repeat):
                     group.client().reset(TABLE)
-                    ray.get([w.prepare.remote(group, i % n, args.items, 1000 * r + i)
-                             for i, w in enumerate(writers)])
+                    ray.get(
+                        [
+                            w.prepare.remote(group, i % n, args.items, 1000 * r + i)
+                            for i, w in enumerate(writers)
+                        ]
+                    )
                     start = time.time() + 1.0
                     res = ray.get([w.run.remote(start) for w in writers])
                     ins.append(_aggregate(res))
                     ray.get([w.close.remote() for w in writers])
                     ray.get([s.prepare.remote(group, i % n) for i, s in enumerate(samplers)])
                     start = time.time() + 1.0
-                    res = ray.get([s.run.remote(start, args.samples, args.batch)
-                                   for s in samplers])
+                    res = ray.get([s.run.remote(start, args.samples, args.batch) for s in samplers])
                     smp.append(_aggregate(res))
-                    log(f"[ray] {n} shard(s), run {r + 1}/{args.repeat}: insert "
-                        f"{ins[-1]:,.0f} items/s, sample {smp[-1]:,.0f} items/s")
+                    log(
+                        f"[ray] {n} shard(s), run {r + 1}/{args.repeat}: insert "
+                        f"{ins[-1]:,.0f} items/s, sample {smp[-1]:,.0f} items/s"
+                    )
                 for a in writers + samplers:
                     ray.kill(a)
             finally:
@@ -221,16 +272,29 @@ def run_client(args: argparse.Namespace) -> dict[str, Any]:
 
     counts = args.shard_counts
     log(f"[client] starting {max(counts)} servers in a child process")
-    proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(max(counts)), str(args.fill)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(max(counts)), str(args.fill)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         if not line:
             raise SystemExit("the server process failed to start")
         addrs = [f"127.0.0.1:{p}" for p in line.split()]
-        ops: dict[str, dict[str, float]] = {k: {} for k in (
-            "connect", "server_info", "sample_dense", "sample_sparse", "update_one_shard",
-            "update_spread", "update_unknown")}
+        ops: dict[str, dict[str, float]] = {
+            k: {}
+            for k in (
+                "connect",
+                "server_info",
+                "sample_dense",
+                "sample_sparse",
+                "update_one_shard",
+                "update_spread",
+                "update_unknown",
+            )
+        }
         reps = args.client_reps
         rng = np.random.default_rng(0)
         for s in counts:
@@ -241,26 +305,34 @@ def run_client(args: argparse.Namespace) -> dict[str, Any]:
             ops["connect"][str(s)] = (time.perf_counter() - t0) * 1000
             ops["server_info"][str(s)] = _median_ms(lambda c=client: c.server_info(), reps)
             ops["sample_dense"][str(s)] = _median_ms(
-                lambda c=client: c.sample_batch("dense", 256, timeout=10), reps)
+                lambda c=client: c.sample_batch("dense", 256, timeout=10), reps
+            )
             ops["sample_sparse"][str(s)] = _median_ms(
-                lambda c=client: c.sample_batch("sparse", 256, timeout=10), reps)
+                lambda c=client: c.sample_batch("sparse", 256, timeout=10), reps
+            )
             # Priority updates: keys of one sample call (one shard), keys from every shard
             # (the client remembers where each came from), and keys it never saw (sent to all).
             one = np.unique(client.sample_batch("dense", 256).info.key)
-            spread = np.unique(np.concatenate(
-                [client.sample_batch("dense", max(1, 256 // s)).info.key for _ in range(s)]))
+            spread = np.unique(
+                np.concatenate(
+                    [client.sample_batch("dense", max(1, 256 // s)).info.key for _ in range(s)]
+                )
+            )
             unknown = rng.integers(1, 2**63, 256, dtype=np.uint64)
             ops["update_one_shard"][str(s)] = _median_ms(
-                lambda c=client, k=one: c.update_priorities("dense", k, np.ones(len(k))), reps)
+                lambda c=client, k=one: c.update_priorities("dense", k, np.ones(len(k))), reps
+            )
             ops["update_spread"][str(s)] = _median_ms(
-                lambda c=client, k=spread: c.update_priorities("dense", k, np.ones(len(k))),
-                reps)
+                lambda c=client, k=spread: c.update_priorities("dense", k, np.ones(len(k))), reps
+            )
             ops["update_unknown"][str(s)] = _median_ms(
-                lambda c=client, k=unknown: c.update_priorities("dense", k, np.ones(len(k))),
-                reps)
+                lambda c=client, k=unknown: c.update_priorities("dense", k, np.ones(len(k))), reps
+            )
             client.close()
-            log(f"[client] {s:3d} shards: " + ", ".join(
-                f"{k} {v[str(s)]:.2f} ms" for k, v in ops.items()))
+            log(
+                f"[client] {s:3d} shards: "
+                + ", ".join(f"{k} {v[str(s)]:.2f} ms" for k, v in ops.items())
+            )
     finally:
         proc.stdin.close()
         proc.wait(30)
@@ -284,33 +356,48 @@ def make_plot(result: dict[str, Any], path: str) -> str | None:
         r = result[part]
         if part == "ray":
             xs = r["shards"]
-            for op, style in (("insert", dict(color="tab:blue", marker="o")),
-                              ("sample", dict(color="tab:green", marker="s"))):
+            for op, style in (
+                ("insert", dict(color="tab:blue", marker="o")),
+                ("sample", dict(color="tab:green", marker="s")),
+            ):
                 ys = [r[op][str(n)] for n in xs]
-                ax.plot(xs, ys, label=f"{op} ({r['writers'] if op == 'insert' else r['samplers']}"
-                        f" {'writer' if op == 'insert' else 'sampler'} processes)", **style)
+                ax.plot(
+                    xs,
+                    ys,
+                    label=f"{op} ({r['writers'] if op == 'insert' else r['samplers']}"
+                    f" {'writer' if op == 'insert' else 'sampler'} processes)",
+                    **style,
+                )
                 for x, y in zip(xs, ys):
-                    ax.annotate(f"{y / 1000:.1f}k", (x, y), textcoords="offset points",
-                                xytext=(0, 6), ha="center", fontsize=8)
+                    ax.annotate(
+                        f"{y / 1000:.1f}k",
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(0, 6),
+                        ha="center",
+                        fontsize=8,
+                    )
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs)
             ax.set_xticklabels([str(x) for x in xs])
             top = max(max(r["insert"].values()), max(r["sample"].values()))
             ax.set_ylim(0, top * 1.2)
-            ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-                lambda v, _pos: f"{v / 1000:g}k"))
+            ax.yaxis.set_major_formatter(
+                matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v / 1000:g}k")
+            )
             ax.set_xlabel("shards (Ray actors)")
             ax.set_ylabel("items/s (all processes)")
-            ax.set_title(f"Ray shards, one machine ({result['machine']['cpus']} CPUs)",
-                         fontsize=10)
+            ax.set_title(f"Ray shards, one machine ({result['machine']['cpus']} CPUs)", fontsize=10)
         else:
             xs = r["shard_counts"]
-            labels = {"server_info": "server_info (asks every shard)",
-                      "sample_dense": "sample_batch 256 (all shards have items)",
-                      "sample_sparse": "sample_batch 256 (only shard 0 has items)",
-                      "update_one_shard": "update 256 keys of one sample call",
-                      "update_spread": "update 256 keys from every shard",
-                      "update_unknown": "update 256 keys the client never sampled"}
+            labels = {
+                "server_info": "server_info (asks every shard)",
+                "sample_dense": "sample_batch 256 (all shards have items)",
+                "sample_sparse": "sample_batch 256 (only shard 0 has items)",
+                "update_one_shard": "update 256 keys of one sample call",
+                "update_spread": "update 256 keys from every shard",
+                "update_unknown": "update 256 keys the client never sampled",
+            }
             for op, label in labels.items():
                 ax.plot(xs, [r["ms"][op][str(s)] for s in xs], marker=".", label=label)
             ax.set_xscale("log")
@@ -331,10 +418,12 @@ def summary(result: dict[str, Any]) -> str:
     lines = [f"machine: {result['machine']}", f"ostinato: {result['commit']}"]
     if "ray" in result:
         r = result["ray"]
-        lines.append(f"Ray {r['ray_version']}, {r['ray_nodes']} node(s); {r['writers']} writers "
-                     f"x {r['items_per_writer']} items, {r['samplers']} samplers x "
-                     f"{r['samples_per_sampler']} samples (batch {r['batch']}); median of "
-                     f"{r['repeat']}")
+        lines.append(
+            f"Ray {r['ray_version']}, {r['ray_nodes']} node(s); {r['writers']} writers "
+            f"x {r['items_per_writer']} items, {r['samplers']} samplers x "
+            f"{r['samples_per_sampler']} samples (batch {r['batch']}); median of "
+            f"{r['repeat']}"
+        )
         lines.append("| shards | insert items/s | sample items/s |")
         lines.append("|---:|---:|---:|")
         for n in r["shards"]:
@@ -346,8 +435,9 @@ def summary(result: dict[str, Any]) -> str:
         lines.append("| shards | " + " | ".join(ops) + " |")
         lines.append("|---:|" + "---:|" * len(ops))
         for s in c["shard_counts"]:
-            lines.append(f"| {s} | " + " | ".join(f"{c['ms'][op][str(s)]:.2f}" for op in ops)
-                         + " |")
+            lines.append(
+                f"| {s} | " + " | ".join(f"{c['ms'][op][str(s)]:.2f}" for op in ops) + " |"
+            )
         lines.append("(ms per call, median)")
     return "\n".join(lines)
 
@@ -357,7 +447,8 @@ def _ints(text: str) -> list[int]:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers") from None
+            f"{text!r} is not a comma-separated list of integers"
+        ) from None
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give positive integers")
     return out
@@ -374,8 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=256, help="sample_batch size")
     p.add_argument("--repeat", type=int, default=3, help="runs per shard count (median)")
     p.add_argument("--address", default=None, help="Ray cluster to join (default: a local one)")
-    p.add_argument("--shard-counts", type=_ints,
-                   default=[1, 2, 4, 8, 16, 32, 64, 100], help="shard counts (client part)")
+    p.add_argument(
+        "--shard-counts",
+        type=_ints,
+        default=[1, 2, 4, 8, 16, 32, 64, 100],
+        help="shard counts (client part)",
+    )
     p.add_argument("--fill", type=int, default=1000, help="items per server (client part)")
     p.add_argument("--client-reps", type=int, default=30, help="calls timed per op and count")
     p.add_argument("--quick", action="store_true", help="small sizes, one run (development)")
@@ -390,8 +485,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.items, args.samples, args.repeat = 2000, 5000, 1
         args.shard_counts, args.client_reps, args.fill = [1, 4, 16], 5, 200
-    result: dict[str, Any] = {"machine": _machine(), "commit": _git_commit(),
-                              "argv": sys.argv[1:] if argv is None else argv}
+    result: dict[str, Any] = {
+        "machine": _machine(),
+        "commit": _git_commit(),
+        "argv": sys.argv[1:] if argv is None else argv,
+    }
     if args.part in ("ray", "both"):
         result["ray"] = run_ray(args)
     if args.part in ("client", "both"):

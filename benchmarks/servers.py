@@ -79,16 +79,22 @@ def reverb_python() -> str:
     """The dm-reverb interpreter: ``$OSTINATO_REVERB_PYTHON`` or /opt/reverb-venv/bin/python."""
     py = os.environ.get("OSTINATO_REVERB_PYTHON", DEFAULT_REVERB_PYTHON)
     if not os.path.exists(py):
-        raise SystemExit(f"reverb python {py!r} not found; set OSTINATO_REVERB_PYTHON "
-                         "(see benchmarks/README.md, 'Comparing with dm-reverb')")
+        raise SystemExit(
+            f"reverb python {py!r} not found; set OSTINATO_REVERB_PYTHON "
+            "(see benchmarks/README.md, 'Comparing with dm-reverb')"
+        )
     return py
 
 
 def git_commit() -> str | None:
     """``git rev-parse --short HEAD`` of this checkout, ``+dirty src`` if src/ has changes."""
+
+    def run(*a: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(HERE), *a], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+
     try:
-        run = lambda *a: subprocess.run(["git", "-C", str(HERE), *a], capture_output=True,  # noqa: E731
-                                        text=True, timeout=10).stdout.strip()
         head, dirty = run("rev-parse", "--short", "HEAD"), run("status", "--porcelain", "../src")
         return (head + ("+dirty src" if dirty else "")) or None
     except Exception:  # noqa: BLE001 - no git checkout: no revision
@@ -102,9 +108,13 @@ def git_commit() -> str | None:
 
 def is_native_noise(line: str) -> bool:
     """Reverb/TF native logging (very chatty, e.g. 'pending items is alarmingly high')."""
-    return (line.startswith("[reverb/cc/") or "tensorflow/core" in line
-            or line.startswith("To enable the following instructions")
-            or "external/local_xla" in line or "cuda_" in line)
+    return (
+        line.startswith("[reverb/cc/")
+        or "tensorflow/core" in line
+        or line.startswith("To enable the following instructions")
+        or "external/local_xla" in line
+        or "cuda_" in line
+    )
 
 
 def pump(stream, prefix: str, counter: list[int] | None = None) -> None:
@@ -174,8 +184,12 @@ class ServerProc:
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--impl", impl, "--serve", json.dumps(specs)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            bufsize=1)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         threading.Thread(target=pump, args=(self.proc.stderr, "  (server) "), daemon=True).start()
         try:
             line = readline(self.proc, SERVER_START_TIMEOUT, "server start")
@@ -185,8 +199,10 @@ class ServerProc:
             self.proc.kill()
             raise
         self.port = int(line.split()[1])
-        log(f"  server pid {self.proc.pid} on localhost:{self.port} "
-            f"(started in {time.perf_counter() - t0:.1f} s)")
+        log(
+            f"  server pid {self.proc.pid} on localhost:{self.port} "
+            f"(started in {time.perf_counter() - t0:.1f} s)"
+        )
 
     def stop(self) -> None:
         stop_child(self.proc)
@@ -226,8 +242,11 @@ class Deployment:
             self.proc = ServerProc(impl, specs)
 
     def client(self):
-        c = (self.server.localhost_client() if self.server is not None
-             else connect(self.reverb, self.impl, self.proc.port))
+        c = (
+            self.server.localhost_client()
+            if self.server is not None
+            else connect(self.reverb, self.impl, self.proc.port)
+        )
         self.clients.append(c)
         return c
 

@@ -72,10 +72,13 @@ def make_agent(tf, env):
     layers = [tf.keras.layers.Dense(n, activation="relu") for n in (100, 50)]
     q_net = sequential.Sequential(layers + [tf.keras.layers.Dense(num_actions)])
     agent = dqn_agent.DqnAgent(
-        tf_env.time_step_spec(), tf_env.action_spec(), q_network=q_net,
+        tf_env.time_step_spec(),
+        tf_env.action_spec(),
+        q_network=q_net,
         optimizer=tf.keras.optimizers.Adam(learning_rate=1e-3),
         td_errors_loss_fn=common.element_wise_squared_loss,
-        train_step_counter=tf.Variable(0))
+        train_step_counter=tf.Variable(0),
+    )
     agent.initialize()
     return agent
 
@@ -85,14 +88,19 @@ def make_replay(reverb, agent):
     from tf_agents.specs import tensor_spec
 
     signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(agent.collect_data_spec))
-    table = reverb.Table(TABLE, max_size=100_000, sampler=reverb.selectors.Uniform(),
-                         remover=reverb.selectors.Fifo(),
-                         rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+    table = reverb.Table(
+        TABLE,
+        max_size=100_000,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
     server = reverb.Server([table])
     replay = reverb_replay_buffer.ReverbReplayBuffer(
-        agent.collect_data_spec, table_name=TABLE, sequence_length=2, local_server=server)
-    observer = reverb_utils.ReverbAddTrajectoryObserver(replay.py_client, TABLE,
-                                                        sequence_length=2)
+        agent.collect_data_spec, table_name=TABLE, sequence_length=2, local_server=server
+    )
+    observer = reverb_utils.ReverbAddTrajectoryObserver(replay.py_client, TABLE, sequence_length=2)
     return server, replay, observer
 
 
@@ -167,15 +175,21 @@ def run_loop(tf, reverb, args) -> dict:
     agent = make_agent(tf, env)
     server, replay, observer = make_replay(reverb, agent)
     random_policy = random_tf_policy.RandomTFPolicy(agent.time_step_spec, agent.action_spec)
-    py_driver.PyDriver(env, py_tf_eager_policy.PyTFEagerPolicy(random_policy,
-                                                              use_tf_function=True),
-                       [observer], max_steps=100).run(env.reset())
-    dataset = replay.as_dataset(num_parallel_calls=3, sample_batch_size=64,
-                                num_steps=2).prefetch(3)
+    py_driver.PyDriver(
+        env,
+        py_tf_eager_policy.PyTFEagerPolicy(random_policy, use_tf_function=True),
+        [observer],
+        max_steps=100,
+    ).run(env.reset())
+    dataset = replay.as_dataset(num_parallel_calls=3, sample_batch_size=64, num_steps=2).prefetch(3)
     iterator = iter(dataset)
     agent.train = common.function(agent.train)
-    collect = py_driver.PyDriver(env, py_tf_eager_policy.PyTFEagerPolicy(
-        agent.collect_policy, use_tf_function=True), [observer], max_steps=1)
+    collect = py_driver.PyDriver(
+        env,
+        py_tf_eager_policy.PyTFEagerPolicy(agent.collect_policy, use_tf_function=True),
+        [observer],
+        max_steps=1,
+    )
     time_step = env.reset()
 
     def iteration():
@@ -252,27 +266,44 @@ def run_floors(tf, reverb, args) -> dict:
 
     orig = reverb.TrajectoryDataset  # replaced by the same element at no cost
     reverb.TrajectoryDataset = lambda *a, **k: tf.data.Dataset.from_tensors(
-        reverb.ReplaySample(info, item)).repeat()
+        reverb.ReplaySample(info, item)
+    ).repeat()
     try:
         ds = reverb_replay_buffer.make_reverb_dataset(
-            "unused:0", TABLE, spec, max_in_flight_samples_per_worker=6, batch_size=64,
-            sequence_length=2, cycle_length=32, num_parallel_calls=3).prefetch(3)
+            "unused:0",
+            TABLE,
+            spec,
+            max_in_flight_samples_per_worker=6,
+            batch_size=64,
+            sequence_length=2,
+            cycle_length=32,
+            num_parallel_calls=3,
+        ).prefetch(3)
         dataset_ceiling = _batches_per_s(iter(ds), args.batches)
     finally:
         reverb.TrajectoryDataset = orig
-    return {"floor_observer_us_per_step": observer_floor,
-            "ceiling_dataset_batches_per_s": dataset_ceiling}
+    return {
+        "floor_observer_us_per_step": observer_floor,
+        "ceiling_dataset_batches_per_s": dataset_ceiling,
+    }
 
 
-RUNNERS = {"observer": run_observer, "dataset": run_dataset, "loop": run_loop,
-           "floors": run_floors}
-UNITS = {"observer_us_per_step": ("observer, µs per env step", "lower"),
-         "dataset_batches_per_s": ("as_dataset(64, num_steps=2), batches/s", "higher"),
-         "loop_iterations_per_s": ("DQN tutorial loop, iterations/s", "higher"),
-         "floor_observer_us_per_step": ("floor: TF-Agents' observer over a no-op writer, µs", "lower"),
-         "ceiling_dataset_batches_per_s": ("ceiling: TF-Agents' as_dataset pipeline over a free source, batches/s", "higher")}
-TARGETS = {"observer_us_per_step": 1 / 3, "dataset_batches_per_s": 3.0,
-           "loop_iterations_per_s": 1.5}
+RUNNERS = {"observer": run_observer, "dataset": run_dataset, "loop": run_loop, "floors": run_floors}
+UNITS = {
+    "observer_us_per_step": ("observer, µs per env step", "lower"),
+    "dataset_batches_per_s": ("as_dataset(64, num_steps=2), batches/s", "higher"),
+    "loop_iterations_per_s": ("DQN tutorial loop, iterations/s", "higher"),
+    "floor_observer_us_per_step": ("floor: TF-Agents' observer over a no-op writer, µs", "lower"),
+    "ceiling_dataset_batches_per_s": (
+        "ceiling: TF-Agents' as_dataset pipeline over a free source, batches/s",
+        "higher",
+    ),
+}
+TARGETS = {
+    "observer_us_per_step": 1 / 3,
+    "dataset_batches_per_s": 3.0,
+    "loop_iterations_per_s": 1.5,
+}
 #: Floors/ceilings are properties of TF-Agents and TensorFlow, shown once (from Ostinato's run).
 BOUNDS = ("floor_observer_us_per_step", "ceiling_dataset_batches_per_s")
 
@@ -290,10 +321,22 @@ def run_here(args) -> dict:
 
 
 def child(python: str, impl: str, args) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--impl", impl, "--workloads",
-           ",".join(args.workloads), "--json", "-", "--batches", str(args.batches),
-           "--loop-iterations", str(args.loop_iterations),
-           "--observer-steps", str(args.observer_steps)]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--impl",
+        impl,
+        "--workloads",
+        ",".join(args.workloads),
+        "--json",
+        "-",
+        "--batches",
+        str(args.batches),
+        "--loop-iterations",
+        str(args.loop_iterations),
+        "--observer-steps",
+        str(args.observer_steps),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"{impl} run failed:\n{r.stderr[-4000:]}")
@@ -322,14 +365,18 @@ def compare(args) -> int:
         target = TARGETS[key]
         met = ratio <= target if better == "lower" else ratio >= target
         tgt = f"{'≤' if better == 'lower' else '≥'} {target:.2g}×"
-        rows.append((name, f"{o:,.1f}", f"{v:,.1f}", f"{ratio:.2f}×",
-                     f"{tgt} {'met' if met else 'MISSED'}"))
+        rows.append(
+            (name, f"{o:,.1f}", f"{v:,.1f}", f"{ratio:.2f}×", f"{tgt} {'met' if met else 'MISSED'}")
+        )
     for key in BOUNDS:
         vals = [r[key] for rs in runs.values() for r in rs if key in r]
         if vals:
             rows.append((UNITS[key][0], f"{statistics.median(vals):,.1f} (both)", "", "", ""))
-    print(harness.markdown_table(rows, ("workload", "Ostinato", "Reverb", "ratio", "target"),
-                                 right=(1, 2, 3)))
+    print(
+        harness.markdown_table(
+            rows, ("workload", "Ostinato", "Reverb", "ratio", "target"), right=(1, 2, 3)
+        )
+    )
     print("\nEvery run:")
     for impl, rs in runs.items():
         for key in UNITS:

@@ -110,45 +110,67 @@ def run_one(args) -> dict:
     # The tutorial's agent.
     action_spec = tensor_spec.from_spec(env.action_spec())
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
-    dense = [tf.keras.layers.Dense(n, activation=tf.keras.activations.relu,
-                                   kernel_initializer=tf.keras.initializers.VarianceScaling(
-                                       scale=2.0, mode="fan_in", distribution="truncated_normal"))
-             for n in (100, 50)]
+    dense = [
+        tf.keras.layers.Dense(
+            n,
+            activation=tf.keras.activations.relu,
+            kernel_initializer=tf.keras.initializers.VarianceScaling(
+                scale=2.0, mode="fan_in", distribution="truncated_normal"
+            ),
+        )
+        for n in (100, 50)
+    ]
     q_values = tf.keras.layers.Dense(
-        num_actions, activation=None,
+        num_actions,
+        activation=None,
         kernel_initializer=tf.keras.initializers.RandomUniform(minval=-0.03, maxval=0.03),
-        bias_initializer=tf.keras.initializers.Constant(-0.2))
+        bias_initializer=tf.keras.initializers.Constant(-0.2),
+    )
     q_net = sequential.Sequential(dense + [q_values])
     agent = dqn_agent.DqnAgent(
-        tf_env.time_step_spec(), tf_env.action_spec(), q_network=q_net,
+        tf_env.time_step_spec(),
+        tf_env.action_spec(),
+        q_network=q_net,
         optimizer=tf.keras.optimizers.Adam(learning_rate=1e-3),
         td_errors_loss_fn=common.element_wise_squared_loss,
-        train_step_counter=tf.Variable(0))
+        train_step_counter=tf.Variable(0),
+    )
     agent.initialize()
 
     # The tutorial's replay buffer.
     signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(agent.collect_data_spec))
-    table = reverb.Table(TABLE, max_size=100_000, sampler=reverb.selectors.Uniform(),
-                         remover=reverb.selectors.Fifo(),
-                         rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+    table = reverb.Table(
+        TABLE,
+        max_size=100_000,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
     server = reverb.Server([table])
     replay = reverb_replay_buffer.ReverbReplayBuffer(
-        agent.collect_data_spec, table_name=TABLE, sequence_length=2, local_server=server)
-    observer = reverb_utils.ReverbAddTrajectoryObserver(replay.py_client, TABLE,
-                                                        sequence_length=2)
+        agent.collect_data_spec, table_name=TABLE, sequence_length=2, local_server=server
+    )
+    observer = reverb_utils.ReverbAddTrajectoryObserver(replay.py_client, TABLE, sequence_length=2)
     ages = _Ages(observer)
 
     random_policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
-    py_driver.PyDriver(env, py_tf_eager_policy.PyTFEagerPolicy(random_policy,
-                                                              use_tf_function=True),
-                       [ages], max_steps=100).run(env.reset())
-    dataset = replay.as_dataset(num_parallel_calls=3, sample_batch_size=64,
-                                num_steps=2).prefetch(3)
+    py_driver.PyDriver(
+        env,
+        py_tf_eager_policy.PyTFEagerPolicy(random_policy, use_tf_function=True),
+        [ages],
+        max_steps=100,
+    ).run(env.reset())
+    dataset = replay.as_dataset(num_parallel_calls=3, sample_batch_size=64, num_steps=2).prefetch(3)
     iterator = iter(dataset)
     agent.train = common.function(agent.train)
     agent.train_step_counter.assign(0)
-    collect = py_driver.PyDriver(env, py_tf_eager_policy.PyTFEagerPolicy(
-        agent.collect_policy, use_tf_function=True), [ages], max_steps=1)
+    collect = py_driver.PyDriver(
+        env,
+        py_tf_eager_policy.PyTFEagerPolicy(agent.collect_policy, use_tf_function=True),
+        [ages],
+        max_steps=1,
+    )
     greedy = py_tf_eager_policy.PyTFEagerPolicy(agent.policy, use_tf_function=True)
 
     def evaluate() -> float:
@@ -182,22 +204,43 @@ def run_one(args) -> dict:
         probe_s += t2 - t1
         if i % args.eval_interval == 0:
             returns.append(evaluate())
-            log(f"[{args.impl} seed {args.seed}] iteration {i}: return {returns[-1]:.1f}, "
-                f"{i / loop_s:.1f} it/s")
+            log(
+                f"[{args.impl} seed {args.seed}] iteration {i}: return {returns[-1]:.1f}, "
+                f"{i / loop_s:.1f} it/s"
+            )
     observer.close()
     server.stop()
-    return {"impl": args.impl, "seed": args.seed, "iterations": args.iterations,
-            "returns": returns, "iterations_per_s": args.iterations / loop_s,
-            "freshness": [o / u for o, u in phases],
-            "uniform_share": [u / args.phase for _, u in phases],
-            "observed_share": [o / args.phase for o, _ in phases]}
+    return {
+        "impl": args.impl,
+        "seed": args.seed,
+        "iterations": args.iterations,
+        "returns": returns,
+        "iterations_per_s": args.iterations / loop_s,
+        "freshness": [o / u for o, u in phases],
+        "uniform_share": [u / args.phase for _, u in phases],
+        "observed_share": [o / args.phase for o, _ in phases],
+    }
 
 
 def child(python: str, impl: str, seed: int, args) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--impl", impl, "--seed", str(seed),
-           "--iterations", str(args.iterations), "--eval-interval", str(args.eval_interval),
-           "--eval-episodes", str(args.eval_episodes), "--phase", str(args.phase),
-           "--json", "-"]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--impl",
+        impl,
+        "--seed",
+        str(seed),
+        "--iterations",
+        str(args.iterations),
+        "--eval-interval",
+        str(args.eval_interval),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--phase",
+        str(args.phase),
+        "--json",
+        "-",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
     if r.returncode != 0:
         raise RuntimeError(f"{impl} seed {seed} failed:\n{r.stderr[-4000:]}")
@@ -213,39 +256,56 @@ def compare(args) -> int:
             t0 = time.monotonic()
             res = child(pythons[impl], impl, seed, args)
             runs[impl].append(res)
-            log(f"{impl:8s} seed {seed}: returns {res['returns']}, "
+            log(
+                f"{impl:8s} seed {seed}: returns {res['returns']}, "
                 f"{res['iterations_per_s']:.1f} it/s, freshness "
-                f"{[round(f, 3) for f in res['freshness']]} ({time.monotonic() - t0:.0f}s)")
-    print(f"TF-Agents DQN CartPole tutorial, {args.iterations} iterations, seeds "
-          f"{args.seed}..{args.seed + args.seeds - 1}, backends alternated run by run\n")
-    print(f"| backend | seed | returns (every {args.eval_interval} it.) | it/s | "
-          f"freshness per {args.phase} it. |")
+                f"{[round(f, 3) for f in res['freshness']]} ({time.monotonic() - t0:.0f}s)"
+            )
+    print(
+        f"TF-Agents DQN CartPole tutorial, {args.iterations} iterations, seeds "
+        f"{args.seed}..{args.seed + args.seeds - 1}, backends alternated run by run\n"
+    )
+    print(
+        f"| backend | seed | returns (every {args.eval_interval} it.) | it/s | "
+        f"freshness per {args.phase} it. |"
+    )
     print("|---|---:|---|---:|---|")
     for impl, rs in runs.items():
         for r in rs:
-            print(f"| {impl} | {r['seed']} | {', '.join(f'{x:.1f}' for x in r['returns'])} | "
-                  f"{r['iterations_per_s']:.1f} | "
-                  f"{', '.join(f'{x:.3f}' for x in r['freshness'])} |")
+            print(
+                f"| {impl} | {r['seed']} | {', '.join(f'{x:.1f}' for x in r['returns'])} | "
+                f"{r['iterations_per_s']:.1f} | "
+                f"{', '.join(f'{x:.3f}' for x in r['freshness'])} |"
+            )
     print()
     means = {}
     for impl, rs in runs.items():
         at = [statistics.mean(r["returns"][k] for r in rs) for k in range(len(rs[0]["returns"]))]
         speed = statistics.mean(r["iterations_per_s"] for r in rs)
-        fresh = [statistics.mean(r["freshness"][p] for r in rs)
-                 for p in range(len(rs[0]["freshness"]))]
-        shares = [(statistics.mean(r["observed_share"][p] for r in rs),
-                   statistics.mean(r["uniform_share"][p] for r in rs))
-                  for p in range(len(rs[0]["freshness"]))]
+        fresh = [
+            statistics.mean(r["freshness"][p] for r in rs) for p in range(len(rs[0]["freshness"]))
+        ]
+        shares = [
+            (
+                statistics.mean(r["observed_share"][p] for r in rs),
+                statistics.mean(r["uniform_share"][p] for r in rs),
+            )
+            for p in range(len(rs[0]["freshness"]))
+        ]
         means[impl] = (at, speed)
         evals = ", ".join(f"{(k + 1) * args.eval_interval}: {x:.1f}" for k, x in enumerate(at))
-        print(f"{impl:8s} mean return at iteration {evals}; mean {speed:.1f} it/s; freshness per "
-              f"phase {[round(f, 3) for f in fresh]} (observed/uniform share "
-              f"{', '.join(f'{o:.3f}/{u:.3f}' for o, u in shares)})")
+        print(
+            f"{impl:8s} mean return at iteration {evals}; mean {speed:.1f} it/s; freshness per "
+            f"phase {[round(f, 3) for f in fresh]} (observed/uniform share "
+            f"{', '.join(f'{o:.3f}/{u:.3f}' for o, u in shares)})"
+        )
     (ro, so), (rr, sr) = means["ostinato"], means["reverb"]
-    ratios = ", ".join(f"{(k + 1) * args.eval_interval}: {o / r:.2f}x"
-                       for k, (o, r) in enumerate(zip(ro, rr)))
-    print(f"ratio Ostinato/dm-reverb: mean return at iteration {ratios}; "
-          f"iterations/s {so / sr:.2f}x")
+    ratios = ", ".join(
+        f"{(k + 1) * args.eval_interval}: {o / r:.2f}x" for k, (o, r) in enumerate(zip(ro, rr))
+    )
+    print(
+        f"ratio Ostinato/dm-reverb: mean return at iteration {ratios}; iterations/s {so / sr:.2f}x"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)

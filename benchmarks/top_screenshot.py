@@ -82,8 +82,9 @@ while True:
 
 
 def _py(code: str, *args: str, **kw) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep
-               + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     return subprocess.Popen([sys.executable, "-c", code, *args], env=env, **kw)
 
 
@@ -167,11 +168,31 @@ def main() -> int:
             time.sleep(args.seconds)
             env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
             cmd = f"{sys.executable} -m ostinato.ops top {address} --interval 1"
-            subprocess.run([tmux, "-L", sock, "new-session", "-d", "-s", "shot", "-x",
-                            str(args.width), "-y", str(args.height), cmd], check=True, env=env)
+            subprocess.run(
+                [
+                    tmux,
+                    "-L",
+                    sock,
+                    "new-session",
+                    "-d",
+                    "-s",
+                    "shot",
+                    "-x",
+                    str(args.width),
+                    "-y",
+                    str(args.height),
+                    cmd,
+                ],
+                check=True,
+                env=env,
+            )
             time.sleep(4.5)
-            ansi = subprocess.run([tmux, "-L", sock, "capture-pane", "-e", "-p", "-t", "shot"],
-                                  check=True, capture_output=True, text=True).stdout
+            ansi = subprocess.run(
+                [tmux, "-L", sock, "capture-pane", "-e", "-p", "-t", "shot"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             subprocess.run([tmux, "-L", sock, "send-keys", "-t", "shot", "q"], check=True)
             time.sleep(1)
         finally:

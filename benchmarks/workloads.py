@@ -57,10 +57,24 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = replace(FULL, w1_steps=2_000, w2_steps=2_000, w3_steps=300, fill_items=5_000,
-                sample_total=2_048, w5_batches=10, w5_min_s=0.1, w5_max_s=0.5, w6_seconds=1.0,
-                w6_step_pool=2_000, mem_items=20_000, mem3_items=300, settle_s=0.2,
-                scale_w1_total=4_000, scale_w4_total=2_048)
+QUICK = replace(
+    FULL,
+    w1_steps=2_000,
+    w2_steps=2_000,
+    w3_steps=300,
+    fill_items=5_000,
+    sample_total=2_048,
+    w5_batches=10,
+    w5_min_s=0.1,
+    w5_max_s=0.5,
+    w6_seconds=1.0,
+    w6_step_pool=2_000,
+    mem_items=20_000,
+    mem3_items=300,
+    settle_s=0.2,
+    scale_w1_total=4_000,
+    scale_w4_total=2_048,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,15 +113,22 @@ def build_table(reverb, spec: dict):
     kind = spec["kind"]
     if kind == "ratio":
         limiter = reverb.rate_limiters.SampleToInsertRatio(
-            samples_per_insert=1.0, min_size_to_sample=100, error_buffer=100)
+            samples_per_insert=1.0, min_size_to_sample=100, error_buffer=100
+        )
     else:
         limiter = reverb.rate_limiters.MinSize(1)
-    sampler = (reverb.selectors.Prioritized(0.6) if kind == "prioritized"
-               else reverb.selectors.Uniform())
+    sampler = (
+        reverb.selectors.Prioritized(0.6) if kind == "prioritized" else reverb.selectors.Uniform()
+    )
     if kind not in ("uniform", "prioritized", "ratio"):
         raise ValueError(f"unknown table kind {kind!r}")
-    return reverb.Table(name=spec["name"], sampler=sampler, remover=reverb.selectors.Fifo(),
-                        max_size=int(spec.get("max_size", TABLE_MAX_SIZE)), rate_limiter=limiter)
+    return reverb.Table(
+        name=spec["name"],
+        sampler=sampler,
+        remover=reverb.selectors.Fifo(),
+        max_size=int(spec.get("max_size", TABLE_MAX_SIZE)),
+        rate_limiter=limiter,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,9 +140,15 @@ def write_w1(w, table: str, steps: list[dict]) -> int:
     """W1: one item per step, the last step with squeezed columns (``history[c][-1]``)."""
     for step in steps:
         w.append(step)
-        w.create_item(table, 1.0, {"obs": w.history["obs"][-1],
-                                   "action": w.history["action"][-1],
-                                   "reward": w.history["reward"][-1]})
+        w.create_item(
+            table,
+            1.0,
+            {
+                "obs": w.history["obs"][-1],
+                "action": w.history["action"][-1],
+                "reward": w.history["reward"][-1],
+            },
+        )
     return len(steps)
 
 
@@ -129,9 +156,15 @@ def write_w1t(w, table: str, steps: list[dict]) -> int:
     """W1t: one item per step, a one-step trajectory (``history[c][-1:]``)."""
     for step in steps:
         w.append(step)
-        w.create_item(table, 1.0, {"obs": w.history["obs"][-1:],
-                                   "action": w.history["action"][-1:],
-                                   "reward": w.history["reward"][-1:]})
+        w.create_item(
+            table,
+            1.0,
+            {
+                "obs": w.history["obs"][-1:],
+                "action": w.history["action"][-1:],
+                "reward": w.history["reward"][-1:],
+            },
+        )
     return len(steps)
 
 
@@ -141,9 +174,15 @@ def write_w2(w, table: str, steps: list[dict]) -> int:
     for i, step in enumerate(steps):
         w.append(step)
         if i + 1 >= SEQ:
-            w.create_item(table, 1.0, {"obs": w.history["obs"][-10:],
-                                       "action": w.history["action"][-10:],
-                                       "reward": w.history["reward"][-10:]})
+            w.create_item(
+                table,
+                1.0,
+                {
+                    "obs": w.history["obs"][-10:],
+                    "action": w.history["action"][-10:],
+                    "reward": w.history["reward"][-10:],
+                },
+            )
             n += 1
     return n
 
@@ -182,8 +221,10 @@ def fill_w1(ctx, client, table: str, n: int, seed: int, trajectory: bool) -> Non
         for lo in range(0, n, 10_000):
             write(w, table, w1_steps(min(10_000, n - lo), seed + lo))
         w.flush()
-    ctx.log(f"  filled {n:,} {'W1t' if trajectory else 'W1'} items into {table!r} in "
-            f"{time.perf_counter() - t0:.1f} s")
+    ctx.log(
+        f"  filled {n:,} {'W1t' if trajectory else 'W1'} items into {table!r} in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
 
 
 def fill_obs_sequences(client, table: str, n: int, seed: int, seq: int = SEQ) -> None:
@@ -216,37 +257,52 @@ def _insert(ctx, wid: str, steps: list[dict], write, keep: int, data_bytes: int)
                 w.flush()
                 dt = time.perf_counter() - t0
             runs.append((n, dt))
-            ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s, "
-                    f"{data_bytes / dt / 1e6:,.1f} MB/s ({dt:.2f} s)")
+            ctx.log(
+                f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s, "
+                f"{data_bytes / dt / 1e6:,.1f} MB/s ({dt:.2f} s)"
+            )
     return runs
 
 
 def run_w1(ctx, trajectory: bool = False) -> dict:
     steps = w1_steps(ctx.sizes.w1_steps, seed=1)
     wid = "W1t" if trajectory else "W1"
-    runs = _insert(ctx, wid, steps, write_w1t if trajectory else write_w1, 1,
-                   len(steps) * W1_DATA_BYTES)
-    return {"unit": "items/s", "values": [n / dt for n, dt in runs],
-            "params": {"steps": len(steps), "num_keep_alive_refs": 1,
-                       "item": "history[c][-1:]" if trajectory else "history[c][-1]"}}
+    runs = _insert(
+        ctx, wid, steps, write_w1t if trajectory else write_w1, 1, len(steps) * W1_DATA_BYTES
+    )
+    return {
+        "unit": "items/s",
+        "values": [n / dt for n, dt in runs],
+        "params": {
+            "steps": len(steps),
+            "num_keep_alive_refs": 1,
+            "item": "history[c][-1:]" if trajectory else "history[c][-1]",
+        },
+    }
 
 
 def run_w2(ctx) -> dict:
     steps = w2_steps(ctx.sizes.w2_steps, seed=2)
     total = len(steps) * W2_STEP_BYTES
     runs = _insert(ctx, "W2", steps, write_w2, SEQ, total)
-    return {"unit": "items/s", "values": [n / dt for n, dt in runs],
-            "params": {"steps": len(steps), "seq_len": SEQ, "step_bytes_total": total},
-            "extra": {"W2_MBps": {"unit": "MB/s", "values": [total / dt / 1e6 for _, dt in runs]}}}
+    return {
+        "unit": "items/s",
+        "values": [n / dt for n, dt in runs],
+        "params": {"steps": len(steps), "seq_len": SEQ, "step_bytes_total": total},
+        "extra": {"W2_MBps": {"unit": "MB/s", "values": [total / dt / 1e6 for _, dt in runs]}},
+    }
 
 
 def run_w3(ctx) -> dict:
     steps = w3_steps(ctx.sizes.w3_steps, seed=3)
     total = len(steps) * W3_FRAME_BYTES
     runs = _insert(ctx, "W3", steps, write_w3, 1, total)
-    return {"unit": "MB/s", "values": [total / dt / 1e6 for _, dt in runs],
-            "params": {"steps": len(steps), "obs": "uint8[84,84,4]", "step_bytes_total": total},
-            "extra": {"W3_items": {"unit": "items/s", "values": [n / dt for n, dt in runs]}}}
+    return {
+        "unit": "MB/s",
+        "values": [total / dt / 1e6 for _, dt in runs],
+        "params": {"steps": len(steps), "obs": "uint8[84,84,4]", "step_bytes_total": total},
+        "extra": {"W3_items": {"unit": "items/s", "values": [n / dt for n, dt in runs]}},
+    }
 
 
 class _Filled:
@@ -284,6 +340,7 @@ def _in_threads(n: int, fn: Callable[[int], Any]) -> tuple[float, list]:
         except BaseException as e:  # noqa: BLE001
             errors.append(f"thread {k}: {e!r}")
             traceback.print_exc()
+
     threads = [threading.Thread(target=body, args=(k,), daemon=True) for k in range(n)]
     for t in threads:
         t.start()
@@ -314,6 +371,7 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
 
         def one(_k: int) -> int:
             return sample_loop(client, table, per, **kw)
+
         values = []
         for r in range(ctx.repeat):
             if threads == 1:  # in this (the main) thread, as a user's loop runs
@@ -326,11 +384,15 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
             values.append(n / dt)
             ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
         first = next(iter(client.sample(table, num_samples=1, **kw)))
-        params = {"items": ctx.sizes.fill_items, "samples": total, "num_samples": BATCH,
-                  "threads": threads, "emit_timesteps": timesteps,
-                  "item": "history[c][-1:]" if timesteps else "history[c][-1]",
-                  "yielded": (f"list[{len(first)}]" if isinstance(first, list)
-                              else type(first).__name__)}
+        params = {
+            "items": ctx.sizes.fill_items,
+            "samples": total,
+            "num_samples": BATCH,
+            "threads": threads,
+            "emit_timesteps": timesteps,
+            "item": "history[c][-1:]" if timesteps else "history[c][-1]",
+            "yielded": (f"list[{len(first)}]" if isinstance(first, list) else type(first).__name__),
+        }
         if not timesteps:  # record what the default emit_timesteps=True does on these items
             try:
                 s = next(iter(client.sample(table, num_samples=1)))
@@ -342,8 +404,7 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
 
 def run_w4b(ctx) -> dict:
     """W4b (Ostinato only): ``client.sample_batch(table, batch_size=256)``."""
-    with _Filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps",
-                 seed=4) as f:
+    with _Filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps", seed=4) as f:
         sample_batch_loop(f.client, f.table, BATCH)  # warm-up, untimed
         values = []
         for r in range(ctx.repeat):
@@ -352,9 +413,16 @@ def run_w4b(ctx) -> dict:
             dt = time.perf_counter() - t0
             values.append(n / dt)
             ctx.log(f"  W4b run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
-    return {"unit": "items/s", "values": values,
-            "params": {"items": ctx.sizes.fill_items, "samples": ctx.sizes.sample_total,
-                       "batch_size": BATCH, "sample_style": ctx.sample_style}}
+    return {
+        "unit": "items/s",
+        "values": values,
+        "params": {
+            "items": ctx.sizes.fill_items,
+            "samples": ctx.sizes.sample_total,
+            "batch_size": BATCH,
+            "sample_style": ctx.sample_style,
+        },
+    }
 
 
 def _batches_per_s(ctx, wid: str, step: Callable[[], None]) -> list[float]:
@@ -372,8 +440,10 @@ def _batches_per_s(ctx, wid: str, step: Callable[[], None]) -> list[float]:
             if (batches >= s.w5_batches and el >= s.w5_min_s) or el >= s.w5_max_s:
                 break
         values.append(batches / el)
-        ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {batches / el:,.1f} batches/s "
-                f"({batches} batches, {el:.2f} s)")
+        ctx.log(
+            f"  {wid} run {r + 1}/{ctx.repeat}: {batches / el:,.1f} batches/s "
+            f"({batches} batches, {el:.2f} s)"
+        )
     return values
 
 
@@ -388,30 +458,48 @@ def run_w5(ctx) -> dict:
             if timesteps:
                 keys = [s[0].info.key for s in client.sample(table, num_samples=256)]
             else:
-                keys = [s.info.key for s in
-                        client.sample(table, num_samples=256, emit_timesteps=False)]
+                keys = [
+                    s.info.key for s in client.sample(table, num_samples=256, emit_timesteps=False)
+                ]
             prios = rng.uniform(0.01, 10.0, size=len(keys))
             client.mutate_priorities(table, updates={k: float(p) for k, p in zip(keys, prios)})
+
         values = _batches_per_s(ctx, "W5", step)
-    return {"unit": "batches/s", "values": values,
-            "params": {"items": ctx.sizes.fill_items, "batch": BATCH, "priority_exponent": 0.6,
-                       "sample_style": ctx.sample_style}}
+    return {
+        "unit": "batches/s",
+        "values": values,
+        "params": {
+            "items": ctx.sizes.fill_items,
+            "batch": BATCH,
+            "priority_exponent": 0.6,
+            "sample_style": ctx.sample_style,
+        },
+    }
 
 
 def run_w5b(ctx) -> dict:
     """W5b (Ostinato only): ``sample_batch`` + ``update_priorities``."""
     rng = np.random.default_rng(5)
-    with _Filled(ctx, "W5b", "prioritized", trajectory=ctx.sample_style == "timesteps",
-                 seed=5) as f:
+    with _Filled(
+        ctx, "W5b", "prioritized", trajectory=ctx.sample_style == "timesteps", seed=5
+    ) as f:
         client, table = f.client, f.table
 
         def step():
             keys = client.sample_batch(table, batch_size=256).info.key
             client.update_priorities(table, keys, rng.uniform(0.01, 10.0, size=len(keys)))
+
         values = _batches_per_s(ctx, "W5b", step)
-    return {"unit": "batches/s", "values": values,
-            "params": {"items": ctx.sizes.fill_items, "batch": BATCH, "priority_exponent": 0.6,
-                       "sample_style": ctx.sample_style}}
+    return {
+        "unit": "batches/s",
+        "values": values,
+        "params": {
+            "items": ctx.sizes.fill_items,
+            "batch": BATCH,
+            "priority_exponent": 0.6,
+            "sample_style": ctx.sample_style,
+        },
+    }
 
 
 # ---- W6: 2 writers + 1 sampler ----------------------------------------------------------------
@@ -468,8 +556,9 @@ def _w6_once(ctx, dep, table: str, seed: int) -> tuple[float, float, float]:
         finally:
             sampler_done.set()
 
-    threads = [threading.Thread(target=writer, args=(k,), daemon=True)
-               for k in range(W6_WRITERS)] + [threading.Thread(target=sampler, daemon=True)]
+    threads = [
+        threading.Thread(target=writer, args=(k,), daemon=True) for k in range(W6_WRITERS)
+    ] + [threading.Thread(target=sampler, daemon=True)]
     for t in threads:
         t.start()
     try:
@@ -501,14 +590,24 @@ def run_w6(ctx) -> dict:
             i, s, dt = _w6_once(ctx, dep, spec["name"], seed=60 + 10 * r)
             ins.append(i)
             smp.append(s)
-            ctx.log(f"  W6 run {r + 1}/{ctx.repeat}: {i:,.0f} inserts/s, {s:,.0f} samples/s "
-                    f"({dt:.1f} s)")
-    return {"unit": "inserts/s", "values": ins,
-            "params": {"writers": W6_WRITERS, "samplers": 1, "seconds": ctx.sizes.w6_seconds,
-                       "flush_block_until_num_items": W6_PENDING, "sample_num_samples": BATCH,
-                       "rate_limiter": "SampleToInsertRatio(1.0, 100, 100)",
-                       "sample_style": ctx.sample_style},
-            "extra": {"W6_samples": {"unit": "samples/s", "values": smp}}}
+            ctx.log(
+                f"  W6 run {r + 1}/{ctx.repeat}: {i:,.0f} inserts/s, {s:,.0f} samples/s "
+                f"({dt:.1f} s)"
+            )
+    return {
+        "unit": "inserts/s",
+        "values": ins,
+        "params": {
+            "writers": W6_WRITERS,
+            "samplers": 1,
+            "seconds": ctx.sizes.w6_seconds,
+            "flush_block_until_num_items": W6_PENDING,
+            "sample_num_samples": BATCH,
+            "rate_limiter": "SampleToInsertRatio(1.0, 100, 100)",
+            "sample_style": ctx.sample_style,
+        },
+        "extra": {"W6_samples": {"unit": "samples/s", "values": smp}},
+    }
 
 
 # ---- memory (each run in a fresh process; see harness.run_mem) -------------------------------
@@ -537,7 +636,7 @@ def mem_child(reverb, kind: str, n: int, checkpoints: int, rss: Callable[[], int
             done = 0
             for c in range(1, checkpoints + 1):
                 hi = n * c // checkpoints
-                write(w, "mem", steps[warm + done:warm + hi])
+                write(w, "mem", steps[warm + done : warm + hi])
                 w.flush()
                 done = hi
                 if c < checkpoints:
@@ -550,9 +649,17 @@ def mem_child(reverb, kind: str, n: int, checkpoints: int, rss: Callable[[], int
     per_item = (after - before) / n
     curve.append((n, per_item - data))
     value = per_item - data if kind == "MEM" else per_item / data
-    return {"value": value, "rss_before": before, "rss_after": after, "items": n,
-            "table_size": size, "rss_per_item": per_item, "data_bytes_per_item": data,
-            "overhead_curve": curve, "insert_seconds": dt}
+    return {
+        "value": value,
+        "rss_before": before,
+        "rss_after": after,
+        "items": n,
+        "table_size": size,
+        "rss_per_item": per_item,
+        "data_bytes_per_item": data,
+        "overhead_curve": curve,
+        "insert_seconds": dt,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,20 +681,26 @@ WORKLOADS: dict[str, Workload] = {
     "W2": Workload("insert_sequences, 3 columns", run_w2),
     "W3": Workload("insert_large uint8[84,84,4]", run_w3),
     "W4": Workload("sample_uniform, timesteps", run_w4),
-    "W4f": Workload("sample_uniform, emit_timesteps=False",
-                    lambda ctx: run_w4(ctx, timesteps=False)),
-    "W4x2": Workload("sample_uniform, timesteps, 2 threads",
-                     lambda ctx: run_w4(ctx, threads=2)),
-    "W4fx2": Workload("sample_uniform, emit_timesteps=False, 2 threads",
-                      lambda ctx: run_w4(ctx, timesteps=False, threads=2)),
+    "W4f": Workload(
+        "sample_uniform, emit_timesteps=False", lambda ctx: run_w4(ctx, timesteps=False)
+    ),
+    "W4x2": Workload("sample_uniform, timesteps, 2 threads", lambda ctx: run_w4(ctx, threads=2)),
+    "W4fx2": Workload(
+        "sample_uniform, emit_timesteps=False, 2 threads",
+        lambda ctx: run_w4(ctx, timesteps=False, threads=2),
+    ),
     "W4b": Workload("sample_uniform, `sample_batch`", run_w4b, True, "W4"),
     "W5": Workload("sample_prioritized + mutate_priorities", run_w5),
-    "W5b": Workload("sample_prioritized, `sample_batch` + `update_priorities`", run_w5b, True,
-                    "W5"),
+    "W5b": Workload(
+        "sample_prioritized, `sample_batch` + `update_priorities`", run_w5b, True, "W5"
+    ),
     "W6": Workload("concurrent (2 writers + 1 sampler), inserts", run_w6),
     "MEM": Workload("memory beyond data per W1 item", None),
     "MEM3": Workload("memory per W3 frame / frame bytes", None),
     "SCALE": Workload("W1 and W4 from 1-8 client processes", None),
 }
-EXTRA_TITLES = {"W2_MBps": "insert_sequences, step data", "W3_items": "insert_large, items",
-                "W6_samples": "concurrent (2 writers + 1 sampler), samples"}
+EXTRA_TITLES = {
+    "W2_MBps": "insert_sequences, step data",
+    "W3_items": "insert_large, items",
+    "W6_samples": "concurrent (2 writers + 1 sampler), samples",
+}

@@ -8,8 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0,
-               what: str | Callable[[], str] = "the condition", interval: float = 0.02) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str | Callable[[], str] = "the condition",
+    interval: float = 0.02,
+) -> Any:
     """Polls ``predicate`` until it returns a truthy value, which is returned; fails the test
     (``AssertionError``) once ``timeout`` seconds have passed.
 

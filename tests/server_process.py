@@ -28,8 +28,13 @@ class ServerProcess:
     def __init__(self, code: str, port: int = 0, timeout: float = 30.0):
         src = _BOOT.format(code=textwrap.dedent(code), port=port)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", src],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         deadline = time.monotonic() + timeout
         line = ""
         while time.monotonic() < deadline:

@@ -159,8 +159,12 @@ def test_legacy_writer_errors(env):
 
 def test_write_and_sample_different_shapes_and_dtypes(env):
     _, client = env
-    data = [np.ones((1, 1), np.int32), np.ones((3, 3), np.float32), np.ones((10, 2), np.float64),
-            np.array(["a", "b"], dtype=object)]
+    data = [
+        np.ones((1, 1), np.int32),
+        np.ones((3, 3), np.float32),
+        np.ones((10, 2), np.float64),
+        np.array(["a", "b"], dtype=object),
+    ]
     for d in data:
         client.insert(d, {"queue": 1.0})
     for d in data:
@@ -377,9 +381,15 @@ def test_signature_mismatch_names_table_and_column(env):
     _, client = env
     with client.trajectory_writer(2) as w:
         w.append({"a": np.zeros(3, np.int64), "b": np.zeros((2, 2), np.float64)})
-        with pytest.raises(ValueError, match=r"'nested'.*column 0 \(a\) to be a int64 \[3\] tensor but got a int64 \[1,3\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"'nested'.*column 0 \(a\) to be a int64 \[3\] tensor but got a int64 \[1,3\]",
+        ):
             w.create_item("nested", 1.0, {"a": w.history["a"][-1:], "b": w.history["b"][-1:]})
-        with pytest.raises(ValueError, match=r"'nested'.*column 1 \(b\) to be a float \[3,2,2\] tensor but got a double"):
+        with pytest.raises(
+            ValueError,
+            match=r"'nested'.*column 1 \(b\) to be a float \[3,2,2\] tensor but got a double",
+        ):
             w.create_item("nested", 1.0, {"a": w.history["a"][-1], "b": w.history["b"][-1]})
         with pytest.raises(ValueError, match="nope"):
             w.create_item("nope", 1.0, {"a": w.history["a"][-1:]})

@@ -11,8 +11,9 @@ import pytest
 
 
 def _ok(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -87,14 +88,23 @@ def test_tf_modules_load_tensorflow_when_used():
 def test_runner_runs_a_script_and_a_module(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("import sys, reverb\nprint(reverb.Server.__module__, sys.argv[1:])\n")
-    r = subprocess.run([sys.executable, "-m", "ostinato.as_reverb", str(script), "a", "--b"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "ostinato.as_reverb", str(script), "a", "--b"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ostinato.server ['a', '--b']"
     (tmp_path / "progmod.py").write_text("import reverb\nprint(reverb.Table.__module__)\n")
-    r = subprocess.run([sys.executable, "-m", "ostinato.as_reverb", "-m", "progmod"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                       env={"PYTHONPATH": str(tmp_path), "PATH": ""})
+    r = subprocess.run(
+        [sys.executable, "-m", "ostinato.as_reverb", "-m", "progmod"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ostinato.core.table"
 

@@ -21,23 +21,28 @@ CASES = {
     "core": ("import ostinato.core", TRANSPORT + ML),
     "datasets": ("import ostinato.datasets", ML + ("grpc",)),
     "rlds": ("import ostinato.rlds", ("tensorflow",)),
-    "structured_writer": ("import ostinato.structured_writer, ostinato.writers.structured_writer",
-                          ("tensorflow",)),
+    "structured_writer": (
+        "import ostinato.structured_writer, ostinato.writers.structured_writer",
+        ("tensorflow",),
+    ),
     "device": ("import ostinato.device", ML + ("jaxlib", "mindspore")),
-    "device_names": ("import ostinato.device as d\n"
-                     "d.UniformReplayBuffer, d.PriorityReplayBuffer, d.create_buffer, d.make_specs",
-                     ML + ("jaxlib", "mindspore")),
+    "device_names": (
+        "import ostinato.device as d\n"
+        "d.UniformReplayBuffer, d.PriorityReplayBuffer, d.create_buffer, d.make_specs",
+        ML + ("jaxlib", "mindspore"),
+    ),
     # ostinato.ray loads Ray only when one of its functions runs (no Ray needed here).
     "ray": ("import ostinato, ostinato.ray", ("ray", "grpc")),
-    "ops": ("import ostinato, ostinato.ops, ostinato.ops.stats, ostinato.ops.metrics",
-            ("prometheus_client",)),
+    "ops": (
+        "import ostinato, ostinato.ops, ostinato.ops.stats, ostinato.ops.metrics",
+        ("prometheus_client",),
+    ),
 }
 
 
 def _loaded_after(code: str, absent: tuple[str, ...]) -> list[str]:
     probe = f"{code}\nimport sys\nprint(','.join(m for m in {absent!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return [m for m in out.stdout.strip().split(",") if m]
 

@@ -54,7 +54,8 @@ def _is_type_checking(node: ast.AST) -> bool:
         return False
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _walk_runtime(tree: ast.AST):
@@ -78,8 +79,12 @@ def _imports() -> list[tuple[str, str, str | None, bool]]:
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in _walk_runtime(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                    and node.module.split(".")[0] == "ostinato":
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and node.module.split(".")[0] == "ostinato"
+            ):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
                     if full in MODULES:
@@ -129,8 +134,16 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"checkpointers", "client", "core", "ops", "transport", "wire", "errors", "validate"},
     "server_config": {"core", "errors", "rate_limiters", "selectors", "validate"},
     "server_cli": {"argtypes", "checkpointers", "server", "server_config", "validate"},
-    "ray": {"checkpointers", "client", "core", "errors", "server", "server_config",
-            "transport", "validate"},
+    "ray": {
+        "checkpointers",
+        "client",
+        "core",
+        "errors",
+        "server",
+        "server_config",
+        "transport",
+        "validate",
+    },
     "testing": {"client", "core", "rate_limiters", "selectors", "server"},
     # client-side adapters (frameworks, RLDS)
     "datasets": {"client", "core", "errors", "replay_sample", "writers", "validate"},
@@ -138,16 +151,29 @@ ALLOWED: dict[str, set[str]] = {
     "rlds": {"argtypes", "errors", "observers", "ostinato", "types", "validate"},
     # the package, and what uses it whole
     "compat": set(),
-    "ostinato": {"checkpointers", "client", "compat", "core", "errors", "rate_limiters",
-                 "replay_sample", "selectors", "server", "structured_writer", "writers"},
+    "ostinato": {
+        "checkpointers",
+        "client",
+        "compat",
+        "core",
+        "errors",
+        "rate_limiters",
+        "replay_sample",
+        "selectors",
+        "server",
+        "structured_writer",
+        "writers",
+    },
     "as_reverb": {"compat"},
     "demo": {"ostinato"},
 }
 #: The lazy edges that make a layer reach up on purpose: the client's address resolution dials
 #: the gRPC transport only when an address is not served in this process, and
 #: ``Client.metrics()`` gathers its servers' values with the operations layer's code.
-LAZY_EXCEPTIONS = {("ostinato.transport.connect", "ostinato.wire.grpc_transport"),
-                   ("ostinato.client", "ostinato.ops.stats")}
+LAZY_EXCEPTIONS = {
+    ("ostinato.transport.connect", "ostinato.wire.grpc_transport"),
+    ("ostinato.client", "ostinato.ops.stats"),
+}
 #: Areas that reach servers through the client only.
 CLIENT_SIDE = {"datasets", "observers", "rlds"}
 
@@ -180,25 +206,34 @@ def test_every_area_is_constrained():
 
 
 def test_type_checking_imports_are_not_edges():
-    tree = ast.parse("from typing import TYPE_CHECKING\n"
-                     "if TYPE_CHECKING:\n    import ostinato.server\n"
-                     "else:\n    import ostinato.errors\n"
-                     "def f():\n    import ostinato.client\n")
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import ostinato.server\n"
+        "else:\n    import ostinato.errors\n"
+        "def f():\n    import ostinato.client\n"
+    )
     names = [a.name for n in _walk_runtime(tree) if isinstance(n, ast.Import) for a in n.names]
     assert sorted(names) == ["ostinato.client", "ostinato.errors"]
 
 
 def test_writers_never_import_the_wire():
-    assert not [(a, b) for a, b, _, _ in IMPORTS
-                if _area(a) == "writers" and _area(b) == "wire"]
+    assert not [(a, b) for a, b, _, _ in IMPORTS if _area(a) == "writers" and _area(b) == "wire"]
 
 
 def test_no_private_name_is_imported_from_another_package():
-    bad = [f"{a} imports {name} from {b}" for a, b, name, _ in IMPORTS
-           if name is not None and name.startswith("_") and not name.startswith("__")
-           and _area(a) != _area(b)]
-    bad += [f"{a} imports {b}" for a, b, _, _ in IMPORTS
-            if b.rsplit(".", 1)[-1].startswith("_") and _area(a) != _area(b)]
+    bad = [
+        f"{a} imports {name} from {b}"
+        for a, b, name, _ in IMPORTS
+        if name is not None
+        and name.startswith("_")
+        and not name.startswith("__")
+        and _area(a) != _area(b)
+    ]
+    bad += [
+        f"{a} imports {b}"
+        for a, b, _, _ in IMPORTS
+        if b.rsplit(".", 1)[-1].startswith("_") and _area(a) != _area(b)
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -208,15 +243,23 @@ def test_no_private_attribute_of_another_packages_module_is_read():
         tree = ast.parse(path.read_text())
         aliases = {}  # local name -> module, for "from ostinato.x import y as z" of modules
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ostinato"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("ostinato")
+            ):
                 for alias in node.names:
                     if f"{node.module}.{alias.name}" in MODULES:
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id in aliases and node.attr.startswith("_") \
-                    and not node.attr.startswith("__") \
-                    and _area(aliases[node.value.id]) != _area(mod):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and _area(aliases[node.value.id]) != _area(mod)
+            ):
                 bad.append(f"{mod}: {node.value.id}.{node.attr}")
     assert not bad, "\n".join(bad)
 
@@ -236,7 +279,7 @@ def test_no_import_cycle_at_module_level():
         color[m] = 1
         for n in sorted(graph[m] - packages):
             if color.get(n) == 1:
-                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+                cycles.append(" -> ".join(stack[stack.index(n) :] + [n]))
             elif n not in color:
                 visit(n, stack + [n])
         color[m] = 2

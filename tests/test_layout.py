@@ -20,8 +20,7 @@ EXTERNAL_CLIENT_SUITES = {
 
 
 def _subdirs(root: pathlib.Path) -> set[str]:
-    return {p.name for p in root.iterdir()
-            if p.is_dir() and not p.name.startswith((".", "_"))}
+    return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
 
 
 def _subpackages() -> set[str]:

@@ -6,14 +6,39 @@ import ostinato
 import ostinato as reverb
 
 REVERB_NAMES = {
-    "selectors", "rate_limiters", "checkpointers", "TrajectoryDataset", "TimestepDataset",
-    "TFClient", "Client", "Writer", "DeadlineExceededError", "ReverbError",
-    "ReplaySample", "SampleInfo", "Server", "Table", "TrajectoryColumn", "TrajectoryWriter",
-    "PatternDataset", "structured", "structured_writer",
+    "selectors",
+    "rate_limiters",
+    "checkpointers",
+    "TrajectoryDataset",
+    "TimestepDataset",
+    "TFClient",
+    "Client",
+    "Writer",
+    "DeadlineExceededError",
+    "ReverbError",
+    "ReplaySample",
+    "SampleInfo",
+    "Server",
+    "Table",
+    "TrajectoryColumn",
+    "TrajectoryWriter",
+    "PatternDataset",
+    "structured",
+    "structured_writer",
 }
-OSTINATO_NAMES = {"errors", "datasets", "RateLimiterTimeout", "TensorSpec", "TableInfo", "TableExtension", "ServerTLS",
-                  "install_as_reverb", "observers", "rlds",
-                  "TableExtensionBase"}
+OSTINATO_NAMES = {
+    "errors",
+    "datasets",
+    "RateLimiterTimeout",
+    "TensorSpec",
+    "TableInfo",
+    "TableExtension",
+    "ServerTLS",
+    "install_as_reverb",
+    "observers",
+    "rlds",
+    "TableExtensionBase",
+}
 
 
 #: Names whose module imports TensorFlow when they are first used.
@@ -33,13 +58,20 @@ def test_exported_names_are_pinned():
 
 
 def test_selectors_and_rate_limiters_modules():
-    assert {"Uniform", "Prioritized", "Fifo", "Lifo", "MinHeap", "MaxHeap"} <= set(dir(reverb.selectors))
-    for cls in (reverb.selectors.Uniform, reverb.selectors.Prioritized, reverb.selectors.Fifo,
-                reverb.selectors.Lifo):
+    assert {"Uniform", "Prioritized", "Fifo", "Lifo", "MinHeap", "MaxHeap"} <= set(
+        dir(reverb.selectors)
+    )
+    for cls in (
+        reverb.selectors.Uniform,
+        reverb.selectors.Prioritized,
+        reverb.selectors.Fifo,
+        reverb.selectors.Lifo,
+    ):
         assert inspect.isclass(cls)
     assert type(reverb.selectors.MinHeap()) is reverb.selectors.HeapSelector
     assert {"MinSize", "SampleToInsertRatio", "Queue", "Stack", "RateLimiter"} <= set(
-        dir(reverb.rate_limiters))
+        dir(reverb.rate_limiters)
+    )
 
 
 def test_selector_reprs_match_reverb():
@@ -54,10 +86,22 @@ def test_selector_reprs_match_reverb():
 
 def test_signatures_and_defaults():
     sig = inspect.signature(reverb.Table)
-    assert list(sig.parameters) == ["name", "sampler", "remover", "max_size", "rate_limiter",
-                                    "max_times_sampled", "extensions", "signature"]
+    assert list(sig.parameters) == [
+        "name",
+        "sampler",
+        "remover",
+        "max_size",
+        "rate_limiter",
+        "max_times_sampled",
+        "extensions",
+        "signature",
+    ]
     assert sig.parameters["max_times_sampled"].default == 0
-    assert list(inspect.signature(reverb.Server).parameters)[:3] == ["tables", "port", "checkpointer"]
+    assert list(inspect.signature(reverb.Server).parameters)[:3] == [
+        "tables",
+        "port",
+        "checkpointer",
+    ]
     c = reverb.Client
     assert list(inspect.signature(c.insert).parameters)[1:3] == ["data", "priorities"]
     s = inspect.signature(c.sample).parameters
@@ -71,7 +115,11 @@ def test_signatures_and_defaults():
     assert tw["block_until_num_items"].default == 0 and tw["timeout_ms"].default is None
     ee = inspect.signature(reverb.TrajectoryWriter.end_episode).parameters
     assert ee["clear_buffers"].default is True
-    assert list(inspect.signature(c.mutate_priorities).parameters)[1:] == ["table", "updates", "deletes"]
+    assert list(inspect.signature(c.mutate_priorities).parameters)[1:] == [
+        "table",
+        "updates",
+        "deletes",
+    ]
 
 
 def test_error_tree():
@@ -85,7 +133,12 @@ def test_error_tree():
 
 
 def test_sample_info_fields():
-    assert reverb.SampleInfo._fields == ("key", "probability", "table_size", "priority",
-                                         "times_sampled")
+    assert reverb.SampleInfo._fields == (
+        "key",
+        "probability",
+        "table_size",
+        "priority",
+        "times_sampled",
+    )
     assert reverb.SampleInfo.zeros() == (0, 0.0, 0, 0.0, 0)
     assert reverb.ReplaySample._fields == ("info", "data")

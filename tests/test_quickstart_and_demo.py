@@ -7,7 +7,7 @@ import numpy as np
 
 import ostinato as reverb
 
-QUICKSTART = '''
+QUICKSTART = """
 import ostinato as reverb
 
 server = reverb.Server(tables=[
@@ -38,19 +38,24 @@ with client.trajectory_writer(num_keep_alive_refs=3) as writer:
 info = client.server_info()['my_table']
 assert info.current_size == 3, info
 print('quickstart ok')
-'''
+"""
 
 
 def test_reverb_quickstart_runs_unchanged():
-    out = subprocess.run([sys.executable, "-c", QUICKSTART], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", QUICKSTART], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "quickstart ok" in out.stdout
 
 
 def test_demo_runs_and_prints_throughput():
-    out = subprocess.run([sys.executable, "-m", "ostinato.demo", "--seconds", "2", "--actors", "2"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "ostinato.demo", "--seconds", "2", "--actors", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "items/s" in out.stdout and "Done:" in out.stdout
 
@@ -59,8 +64,12 @@ def test_demo_stops_cleanly_without_tracebacks():
     # Issue 12 item 6: the demo used to stop the server under actors still blocked on the rate
     # limiter, and their threads died printing "CancelledError: Table 'replay' has been closed."
     # tracebacks. Four actors against one learner keep the rate limiter busy at the stop.
-    out = subprocess.run([sys.executable, "-m", "ostinato.demo", "--seconds", "2", "--actors", "4"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "ostinato.demo", "--seconds", "2", "--actors", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "Done:" in out.stdout, text

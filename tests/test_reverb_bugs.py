@@ -10,8 +10,13 @@ from ostinato import errors
 
 
 def _prioritized(name="p"):
-    return reverb.Table(name, reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 100,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        name,
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 def test_negative_priority_is_rejected_and_table_keeps_working(make_server):
@@ -62,12 +67,15 @@ def test_update_is_validated_before_anything_changes(make_server):
     assert set(batch.info.priority.tolist()) == {1.0}
 
 
-@pytest.mark.parametrize("make", [
-    lambda: reverb.rate_limiters.RateLimiter(1.0, 0, 0, 1),
-    lambda: reverb.rate_limiters.RateLimiter(0.0, 1, 0, 1),
-    lambda: reverb.rate_limiters.RateLimiter(-1.0, 1, 0, 1),
-    lambda: reverb.rate_limiters.MinSize(0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: reverb.rate_limiters.RateLimiter(1.0, 0, 0, 1),
+        lambda: reverb.rate_limiters.RateLimiter(0.0, 1, 0, 1),
+        lambda: reverb.rate_limiters.RateLimiter(-1.0, 1, 0, 1),
+        lambda: reverb.rate_limiters.MinSize(0),
+    ],
+)
 def test_bad_limiter_raises_instead_of_aborting(make):
     """§4.2.5: these aborted the whole process."""
     with pytest.raises(ValueError):
@@ -155,9 +163,18 @@ def test_non_contiguous_picks_within_one_chunk(make_server):
 
 
 def test_timeout_messages_say_what_was_waited_for(make_server):
-    client = make_server(reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                                      reverb.rate_limiters.MinSize(5))).localhost_client()
-    with pytest.raises(errors.RateLimiterTimeout, match=r"table 't'.*sample.*table size 0.*min_size_to_sample 5"):
+    client = make_server(
+        reverb.Table(
+            "t",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10,
+            reverb.rate_limiters.MinSize(5),
+        )
+    ).localhost_client()
+    with pytest.raises(
+        errors.RateLimiterTimeout, match=r"table 't'.*sample.*table size 0.*min_size_to_sample 5"
+    ):
         client.sample_batch("t", 1, timeout=0.01)
 
 

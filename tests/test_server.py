@@ -8,14 +8,28 @@ import pytest
 
 import ostinato as reverb
 
-SAMPLERS = [reverb.selectors.Prioritized(1), reverb.selectors.Prioritized(0.5),
-            reverb.selectors.Fifo(), reverb.selectors.Lifo(), reverb.selectors.Uniform(),
-            reverb.selectors.MinHeap(), reverb.selectors.MaxHeap()]
-LIMITERS = [lambda: reverb.rate_limiters.MinSize(10), lambda: reverb.rate_limiters.Queue(10),
-            lambda: reverb.rate_limiters.SampleToInsertRatio(1.0, 10, 1.0),
-            lambda: reverb.rate_limiters.Stack(10)]
-ONEOF = {"PrioritizedSelector": "prioritized", "FifoSelector": "fifo", "LifoSelector": "lifo",
-         "UniformSelector": "uniform", "HeapSelector": "heap"}
+SAMPLERS = [
+    reverb.selectors.Prioritized(1),
+    reverb.selectors.Prioritized(0.5),
+    reverb.selectors.Fifo(),
+    reverb.selectors.Lifo(),
+    reverb.selectors.Uniform(),
+    reverb.selectors.MinHeap(),
+    reverb.selectors.MaxHeap(),
+]
+LIMITERS = [
+    lambda: reverb.rate_limiters.MinSize(10),
+    lambda: reverb.rate_limiters.Queue(10),
+    lambda: reverb.rate_limiters.SampleToInsertRatio(1.0, 10, 1.0),
+    lambda: reverb.rate_limiters.Stack(10),
+]
+ONEOF = {
+    "PrioritizedSelector": "prioritized",
+    "FifoSelector": "fifo",
+    "LifoSelector": "lifo",
+    "UniformSelector": "uniform",
+    "HeapSelector": "heap",
+}
 
 
 def test_in_process_client(make_server):
@@ -37,8 +51,14 @@ def test_no_tables():
 
 
 def test_can_sample(make_server):
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(2), max_times_sampled=1)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(2),
+        max_times_sampled=1,
+    )
     client = make_server(table).localhost_client()
     assert not table.can_sample(1) and table.can_insert(1)
     client.insert(np.int64(1), {"t": 1.0})
@@ -51,8 +71,9 @@ def test_can_sample(make_server):
         table.can_sample(0)
 
 
-@pytest.mark.parametrize("sampler,remover,limiter",
-                         list(itertools.product(SAMPLERS, SAMPLERS[1:], LIMITERS)))
+@pytest.mark.parametrize(
+    "sampler,remover,limiter", list(itertools.product(SAMPLERS, SAMPLERS[1:], LIMITERS))
+)
 def test_table_info(sampler, remover, limiter):
     table = reverb.Table("t", sampler.clone(), remover.clone(), 100, limiter())
     info = table.info
@@ -62,26 +83,47 @@ def test_table_info(sampler, remover, limiter):
     assert info.remover_options.WhichOneof("distribution") == ONEOF[repr(remover).split("(")[0]]
 
 
-@pytest.mark.parametrize("signature", [
-    reverb.TensorSpec([], np.float32),
-    reverb.TensorSpec([3, 64, 64], np.uint8),
-    ({"a": reverb.TensorSpec([1], np.int32)}, reverb.TensorSpec([None], np.float64)),
-])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        reverb.TensorSpec([], np.float32),
+        reverb.TensorSpec([3, 64, 64], np.uint8),
+        ({"a": reverb.TensorSpec([1], np.int32)}, reverb.TensorSpec([None], np.float64)),
+    ],
+)
 def test_table_info_signature(signature):
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1), signature=signature)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
     assert table.info.signature == signature
 
 
 def test_bad_signature_leaf():
     with pytest.raises(ValueError, match="Unsupported signature spec"):
-        reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                     reverb.rate_limiters.MinSize(1), signature={"a": 3})
+        reverb.Table(
+            "t",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10,
+            reverb.rate_limiters.MinSize(1),
+            signature={"a": 3},
+        )
 
 
 def test_replace():
-    table = reverb.Table("t", reverb.selectors.Prioritized(0.7), reverb.selectors.MinHeap(), 10,
-                         reverb.rate_limiters.MinSize(5), max_times_sampled=3)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Prioritized(0.7),
+        reverb.selectors.MinHeap(),
+        10,
+        reverb.rate_limiters.MinSize(5),
+        max_times_sampled=3,
+    )
     new = table.replace(rate_limiter=reverb.rate_limiters.RateLimiter(1.0, 1, -1e9, 1e9))
     assert new.name == "t"
     assert new.info.rate_limiter_info.min_size_to_sample == 1
@@ -93,15 +135,23 @@ def test_replace():
     assert other.info.rate_limiter_info.min_size_to_sample == 5
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"name": ""}, "name must be nonempty"),
-    ({"max_size": 0}, r"max_size \(0\) must be a positive integer"),
-    ({"max_size": -3}, r"max_size \(-3\) must be a positive integer"),
-    ({"max_size": 1.5}, r"max_size \(1.5\) must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"name": ""}, "name must be nonempty"),
+        ({"max_size": 0}, r"max_size \(0\) must be a positive integer"),
+        ({"max_size": -3}, r"max_size \(-3\) must be a positive integer"),
+        ({"max_size": 1.5}, r"max_size \(1.5\) must be a positive integer"),
+    ],
+)
 def test_table_validation(kwargs, match):
-    args = {"name": "t", "sampler": reverb.selectors.Uniform(), "remover": reverb.selectors.Fifo(),
-            "max_size": 10, "rate_limiter": reverb.rate_limiters.MinSize(1)}
+    args = {
+        "name": "t",
+        "sampler": reverb.selectors.Uniform(),
+        "remover": reverb.selectors.Fifo(),
+        "max_size": 10,
+        "rate_limiter": reverb.rate_limiters.MinSize(1),
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         reverb.Table(**args)
@@ -171,8 +221,13 @@ def test_table_belongs_to_one_server(make_server):
 
 
 def test_chunks_shared_between_tables_and_freed(make_server):
-    a = reverb.Table("a", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                     reverb.rate_limiters.MinSize(1))
+    a = reverb.Table(
+        "a",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+    )
     b = reverb.Table.queue("b", 10)
     server = make_server(a, b)
     client = server.localhost_client()

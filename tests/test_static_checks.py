@@ -25,11 +25,14 @@ def test_ruff_clean():
     ruff = shutil.which("ruff") or str(pathlib.Path(sys.executable).with_name("ruff"))
     if not pathlib.Path(ruff).exists():
         if _lint_required():
-            pytest.fail("ruff is not installed (pip install -e \".[test]\"); CI or "
-                        "OSTINATO_REQUIRE_LINT is set, so the lint check may not be skipped")
+            pytest.fail(
+                'ruff is not installed (pip install -e ".[test]"); CI or '
+                "OSTINATO_REQUIRE_LINT is set, so the lint check may not be skipped"
+            )
         pytest.skip("ruff is not installed")
-    out = subprocess.run([ruff, "check", "src", "tests", "benchmarks"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [ruff, "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -56,13 +59,20 @@ def test_mypy_ignore_list_only_shrinks():
     modules = _mypy_ignored_modules()
     assert len(modules) <= MYPY_IGNORED_MODULES_MAX, (
         f"{len(modules)} modules skip mypy's errors, at most {MYPY_IGNORED_MODULES_MAX} may: "
-        "fix the new module's errors instead of listing it")
+        "fix the new module's errors instead of listing it"
+    )
     assert len(set(modules)) == len(modules), modules
     # Each entry names a module that exists (a moved or removed one comes off the list).
     src = ROOT / "src"
-    missing = [m for m in modules if "*" in m or not (
-        (src / (m.replace(".", "/") + ".py")).is_file()
-        or (src / m.replace(".", "/") / "__init__.py").is_file())]
+    missing = [
+        m
+        for m in modules
+        if "*" in m
+        or not (
+            (src / (m.replace(".", "/") + ".py")).is_file()
+            or (src / m.replace(".", "/") / "__init__.py").is_file()
+        )
+    ]
     assert not missing, f"not modules of src/ (take them off the list): {missing}"
 
 
@@ -87,7 +97,9 @@ def test_ruff_and_mypy_pinned_alike():
     hooks = {h["id"]: h for repo in conf["repos"] for h in repo["hooks"]}
     for hook_id in ("ruff-check", "ruff-format"):
         assert f"ruff{lint['ruff']}" in hooks[hook_id].get("additional_dependencies", []), (
-            hook_id, hooks[hook_id])
+            hook_id,
+            hooks[hook_id],
+        )
     assert hooks["mypy"]["language"] == "system", hooks["mypy"]
     assert hooks["mypy"]["entry"] == "python -m mypy", hooks["mypy"]
 

@@ -37,13 +37,16 @@ def test_insert_issue_example_round_trips(serve):
     assert data[1] == 7 and data[2] == 2.5 and bool(data[3]) is True
 
 
-@pytest.mark.parametrize("value, want", [
-    (np.array([b"ab", b"cde"]), [b"ab", b"cde"]),                      # S3
-    (np.array(["ab", "d\u00e9f"]), [b"ab", "d\u00e9f".encode()]),      # U3
-    (np.array([b"x", "y"], dtype=object), [b"x", b"y"]),               # object, mixed
-    (np.array([b"", b"zz"], dtype=object), [b"", b"zz"]),              # empty string
-    (np.array([[b"a", b"bb"], [b"ccc", b"d"]]), [[b"a", b"bb"], [b"ccc", b"d"]]),  # 2-d
-])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        (np.array([b"ab", b"cde"]), [b"ab", b"cde"]),  # S3
+        (np.array(["ab", "d\u00e9f"]), [b"ab", "d\u00e9f".encode()]),  # U3
+        (np.array([b"x", "y"], dtype=object), [b"x", b"y"]),  # object, mixed
+        (np.array([b"", b"zz"], dtype=object), [b"", b"zz"]),  # empty string
+        (np.array([[b"a", b"bb"], [b"ccc", b"d"]]), [[b"a", b"bb"], [b"ccc", b"d"]]),  # 2-d
+    ],
+)
 def test_string_kinds_round_trip_in_a_trajectory(serve, value, want):
     client = serve(TABLES)
     with client.trajectory_writer(num_keep_alive_refs=2) as w:
@@ -119,15 +122,20 @@ def test_string_spec_dtypes_are_tf_string():
 
 def test_string_columns_survive_a_checkpoint(tmp_path, make_server):
     def table():
-        return reverb.Table(name="t", sampler=reverb.selectors.Fifo(),
-                            remover=reverb.selectors.Fifo(), max_size=100,
-                            rate_limiter=reverb.rate_limiters.MinSize(1))
+        return reverb.Table(
+            name="t",
+            sampler=reverb.selectors.Fifo(),
+            remover=reverb.selectors.Fifo(),
+            max_size=100,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
 
     values = [b"ab", "c\u00e9", b"", b"trailing\x00\x00", b"\x00lead", b"\x00"]
     s1 = make_server(table(), checkpointer=checkpointers.DefaultCheckpointer(str(tmp_path)))
     for how in ("embedded", "grpc"):
-        client = reverb.Client(f"localhost:{s1.port}", in_process=(how == "embedded"),
-                               unavailable_timeout=10)
+        client = reverb.Client(
+            f"localhost:{s1.port}", in_process=(how == "embedded"), unavailable_timeout=10
+        )
         with client.trajectory_writer(num_keep_alive_refs=len(values)) as w:
             for v in values:
                 w.append({"s": v, "fixed": np.array([b"xy", b"z"])})

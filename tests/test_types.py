@@ -21,9 +21,13 @@ def test_selector_aliases_are_the_selector_classes():
 def test_selector_type_is_the_union_of_every_selector():
     members = set(typing.get_args(types.SelectorType))
     assert members == {types.Fifo, types.Heap, types.Lifo, types.Prioritized, types.Uniform}
-    for selector in (ostinato.selectors.Fifo(), ostinato.selectors.Lifo(),
-                     ostinato.selectors.Uniform(), ostinato.selectors.Prioritized(0.5),
-                     ostinato.selectors.MinHeap()):
+    for selector in (
+        ostinato.selectors.Fifo(),
+        ostinato.selectors.Lifo(),
+        ostinato.selectors.Uniform(),
+        ostinato.selectors.Prioritized(0.5),
+        ostinato.selectors.MinHeap(),
+    ):
         assert isinstance(selector, tuple(members))
 
 
@@ -45,10 +49,12 @@ def test_the_names_are_exported_and_resolve_under_install_as_reverb():
     import subprocess
     import sys
 
-    code = ("import ostinato; ostinato.install_as_reverb()\n"
-            "from reverb import reverb_types\n"
-            "assert reverb_types.SelectorType is ostinato.types.SelectorType\n"
-            "assert reverb_types.Heap is ostinato.selectors.HeapSelector\n"
-            "assert reverb_types.SpecNest is ostinato.types.SpecNest\n")
+    code = (
+        "import ostinato; ostinato.install_as_reverb()\n"
+        "from reverb import reverb_types\n"
+        "assert reverb_types.SelectorType is ostinato.types.SelectorType\n"
+        "assert reverb_types.Heap is ostinato.selectors.HeapSelector\n"
+        "assert reverb_types.SpecNest is ostinato.types.SpecNest\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

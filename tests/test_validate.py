@@ -7,7 +7,9 @@ from ostinato import validate
 
 
 def test_positive_and_non_negative_ints():
-    assert validate.positive_int("n", np.int64(3)) == 3 and type(validate.positive_int("n", 3)) is int
+    assert (
+        validate.positive_int("n", np.int64(3)) == 3 and type(validate.positive_int("n", 3)) is int
+    )
     assert validate.positive_int("n", None, none_ok=True) is None
     assert validate.non_negative_int("n", 0) == 0
     for bad in (0, -1, 1.5, True, "2", None):
@@ -23,7 +25,9 @@ def test_ports():
     assert validate.port("port", 0) == 0 and validate.port("port", 65535) == 65535
     assert validate.port("port", None, none_ok=True) is None
     for bad in (-1, 65536, False, 80.0):
-        with pytest.raises(ValueError, match=rf"^port \({bad!r}\) must be an integer in 0\.\.65535$"):
+        with pytest.raises(
+            ValueError, match=rf"^port \({bad!r}\) must be an integer in 0\.\.65535$"
+        ):
             validate.port("port", bad)
     with pytest.raises(ValueError, match=r"in 1\.\.65535"):
         validate.port("port", 0, zero_ok=False)

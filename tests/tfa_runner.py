@@ -38,5 +38,11 @@ MARKS = [
 def run_as_reverb(script: Path) -> subprocess.CompletedProcess:
     """Runs ``script`` with the TF-Agents python through ``python -m ostinato.as_reverb``."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([PYTHON, "-m", "ostinato.as_reverb", str(script)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    return subprocess.run(
+        [PYTHON, "-m", "ostinato.as_reverb", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )

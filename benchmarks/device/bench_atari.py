@@ -85,9 +85,17 @@ def run_torch(impl: str, capacity: int, repeats: int) -> dict[str, float]:
         out["per_sample"] = time_per_call(sample, CALLS, repeats, sync)
         return out
     kernels = "torch" if impl == "ostinato-torch-tree" else None
-    buf = PriorityReplayBuffer(ALPHA, capacity, BATCH, [FRAME, (), ()],
-                               ["uint8", "int32", "float32"], device=dev, seed=0,
-                               validate=False, kernels=kernels)
+    buf = PriorityReplayBuffer(
+        ALPHA,
+        capacity,
+        BATCH,
+        [FRAME, (), ()],
+        ["uint8", "int32", "float32"],
+        device=dev,
+        seed=0,
+        validate=False,
+        kernels=kernels,
+    )
     cols = [chunk["obs"], chunk["action"], chunk["reward"]]
     for _ in range(0, capacity, 10_000):
         buf.insert(*cols)
@@ -110,8 +118,9 @@ def run_torch(impl: str, capacity: int, repeats: int) -> dict[str, float]:
     out["per_step"] = time_per_call(step, CALLS, repeats, sync)
     out["per_sample"] = time_per_call(lambda: buf.sample(BETA), CALLS, repeats, sync)
     ids = buf.sample(BETA)[0]
-    out["per_update"] = time_per_call(lambda: buf.update_priorities(ids, prios), CALLS,
-                                      repeats, sync)
+    out["per_update"] = time_per_call(
+        lambda: buf.update_priorities(ids, prios), CALLS, repeats, sync
+    )
     row = [one["obs"], one["action"], one["reward"]]
     out["per_insert1"] = time_per_call(lambda: buf.insert(*row), CALLS * 3, repeats, sync)
     return out
@@ -131,8 +140,13 @@ def run_jax(impl: str, capacity: int, repeats: int) -> dict[str, float]:
         import flashbax as fbx
 
         platform = jax.devices()[0].platform
-        kw = dict(max_length=capacity, min_length=1, sample_batch_size=BATCH,
-                  priority_exponent=ALPHA, device="gpu" if platform == "gpu" else "cpu")
+        kw = dict(
+            max_length=capacity,
+            min_length=1,
+            sample_batch_size=BATCH,
+            priority_exponent=ALPHA,
+            device="gpu" if platform == "gpu" else "cpu",
+        )
         seq = fbx.make_prioritised_item_buffer(**kw, add_sequences=True)
         single = fbx.make_prioritised_item_buffer(**kw)
         holder["s"] = seq.init({k: v[0] for k, v in data.items()})
@@ -159,14 +173,16 @@ def run_jax(impl: str, capacity: int, repeats: int) -> dict[str, float]:
             return holder["s"]
 
         out["per_step"] = time_per_call(step, CALLS, repeats, jax.block_until_ready)
-        out["per_sample"] = time_per_call(lambda: sample(holder["s"], next(keys)), CALLS,
-                                          repeats, jax.block_until_ready)
+        out["per_sample"] = time_per_call(
+            lambda: sample(holder["s"], next(keys)), CALLS, repeats, jax.block_until_ready
+        )
         out["per_insert1"] = time_per_call(insert1, CALLS, repeats, jax.block_until_ready)
         return out
     from ostinato.device.jax import make_priority_buffer
 
-    buf = make_priority_buffer(ALPHA, capacity, BATCH, [FRAME, (), ()],
-                               ["uint8", "int32", "float32"]).jit()
+    buf = make_priority_buffer(
+        ALPHA, capacity, BATCH, [FRAME, (), ()], ["uint8", "int32", "float32"]
+    ).jit()
     holder["s"] = buf.init()
     cols = (data["obs"], data["action"], data["reward"])
     for _ in range(0, capacity, 10_000):
@@ -182,8 +198,9 @@ def run_jax(impl: str, capacity: int, repeats: int) -> dict[str, float]:
         return holder["s"]
 
     out["per_step"] = time_per_call(step, CALLS, repeats, jax.block_until_ready)
-    out["per_sample"] = time_per_call(lambda: buf.sample(holder["s"], next(keys), BETA), CALLS,
-                                      repeats, jax.block_until_ready)
+    out["per_sample"] = time_per_call(
+        lambda: buf.sample(holder["s"], next(keys), BETA), CALLS, repeats, jax.block_until_ready
+    )
     out["per_insert1"] = time_per_call(insert1, CALLS, repeats, jax.block_until_ready)
     out["search"] = buf.buffer.search  # type: ignore[assignment]
     return out
@@ -191,9 +208,18 @@ def run_jax(impl: str, capacity: int, repeats: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--impl", required=True,
-                        choices=["ostinato-torch", "ostinato-torch-tree", "ostinato-torch-graph",
-                                 "naive-torch", "ostinato-jax", "flashbax"])
+    parser.add_argument(
+        "--impl",
+        required=True,
+        choices=[
+            "ostinato-torch",
+            "ostinato-torch-tree",
+            "ostinato-torch-graph",
+            "naive-torch",
+            "ostinato-jax",
+            "flashbax",
+        ],
+    )
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -205,9 +231,21 @@ def main() -> None:
     extra = {k: v for k, v in results.items() if not isinstance(v, float)}
     for line, ms in results.items():
         if isinstance(ms, float):
-            print(json.dumps({"bench": "atari", "impl": args.impl, "line": line, "ms": ms,
-                              "capacity": args.capacity, "repeats": args.repeats,
-                              "seconds": round(time.time() - started, 1), **extra}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "atari",
+                        "impl": args.impl,
+                        "line": line,
+                        "ms": ms,
+                        "capacity": args.capacity,
+                        "repeats": args.repeats,
+                        "seconds": round(time.time() - started, 1),
+                        **extra,
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

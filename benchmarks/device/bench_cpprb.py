@@ -52,7 +52,9 @@ def main() -> None:
                 lambda: rb.sample(SAMPLE_BATCH), CALLS["sample"], args.repeats
             )
         if "insert1" in uniform:
-            results["insert1"] = time_per_call(lambda: rb.add(**one), CALLS["insert1"], args.repeats)
+            results["insert1"] = time_per_call(
+                lambda: rb.add(**one), CALLS["insert1"], args.repeats
+            )
         if "insert128" in uniform:
             results["insert128"] = time_per_call(
                 lambda: rb.add(**batch), CALLS["insert128"], args.repeats

@@ -83,8 +83,7 @@ def table(results: list[dict], dtypes: list[str]) -> str:
             ratio = f"{ours / peers[best]:.2f}×" if best and ours else "n/a"
             cells = [fmt(ms.get(i)) for i in impls]
             rows.append(
-                f"| {label} | {dtype} | " + " | ".join(cells)
-                + f" | {best or 'n/a'} | {ratio} |"
+                f"| {label} | {dtype} | " + " | ".join(cells) + f" | {best or 'n/a'} | {ratio} |"
             )
     return "\n".join(rows)
 
@@ -93,12 +92,14 @@ def run_bounded(cmd: list[str], timeout: float, failures: list[str], what: str) 
     """Runs one benchmark process for at most ``timeout`` seconds; returns its JSON lines
     (also those printed before a timeout) and records a failure with its reason."""
     print("$", " ".join(cmd), file=sys.stderr, flush=True)
-    env = dict(os.environ, RL_WARNINGS="0", PYTHONWARNINGS="ignore",
-               XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env = dict(
+        os.environ, RL_WARNINGS="0", PYTHONWARNINGS="ignore", XLA_PYTHON_CLIENT_PREALLOCATE="false"
+    )
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
         stdout, stderr, code = out.stdout, out.stderr, out.returncode
     except subprocess.TimeoutExpired as exc:
+
         def text(b: bytes | str | None) -> str:
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
@@ -119,10 +120,13 @@ def atari_table(results: list[dict]) -> str:
         return ""
     lines = ["per_step", "per_sample", "per_update", "per_insert1"]
     impls = list(dict.fromkeys(r["impl"] for r in rows))
-    naive = next((r["ms"] for r in rows if r["impl"] == "naive-torch"
-                  and r["line"] == "per_step"), None)
-    out = ["| impl | " + " | ".join(lines) + " | step vs naive torch |",
-           "|---|" + "---|" * (len(lines) + 1)]
+    naive = next(
+        (r["ms"] for r in rows if r["impl"] == "naive-torch" and r["line"] == "per_step"), None
+    )
+    out = [
+        "| impl | " + " | ".join(lines) + " | step vs naive torch |",
+        "|---|" + "---|" * (len(lines) + 1),
+    ]
     for impl in impls:
         ms = {r["line"]: r["ms"] for r in rows if r["impl"] == impl}
         ratio = f"{naive / ms['per_step']:.2f}× faster" if naive and "per_step" in ms else "n/a"
@@ -138,13 +142,22 @@ def main() -> None:
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--timeout", type=float, default=150,
-                        help="seconds each benchmark process may run before it is stopped")
-    parser.add_argument("--atari", default="",
-                        help="comma-separated bench_atari.py impls to run as well")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=150,
+        help="seconds each benchmark process may run before it is stopped",
+    )
+    parser.add_argument(
+        "--atari", default="", help="comma-separated bench_atari.py impls to run as well"
+    )
     parser.add_argument("--name", default=None, help="results file name (default: device)")
-    parser.add_argument("--budget", type=float, default=3600,
-                        help="seconds for all processes together; later ones are skipped")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=3600,
+        help="seconds for all processes together; later ones are skipped",
+    )
     args = parser.parse_args()
     dtypes = args.dtypes.split(",")
     results: list[dict] = []
@@ -160,13 +173,23 @@ def main() -> None:
             for lines in groups:
                 script, extra, peer = IMPLS[impl]
                 python = args.peer_python if peer else sys.executable
-                cmd = [python, str(HERE / script), *extra, "--obs-dtype", dtype, "--lines", lines,
-                       "--repeats", str(args.repeats), "--device", args.device]
+                cmd = [
+                    python,
+                    str(HERE / script),
+                    *extra,
+                    "--obs-dtype",
+                    dtype,
+                    "--lines",
+                    lines,
+                    "--repeats",
+                    str(args.repeats),
+                    "--device",
+                    args.device,
+                ]
                 jobs.append((cmd, f"{impl} {lines}"))
     for impl in [i for i in args.atari.split(",") if i]:
         python = args.peer_python if impl == "flashbax" else sys.executable
-        cmd = [python, str(HERE / "bench_atari.py"), "--impl", impl,
-               "--repeats", str(args.repeats)]
+        cmd = [python, str(HERE / "bench_atari.py"), "--impl", impl, "--repeats", str(args.repeats)]
         jobs.append((cmd, f"atari {impl}"))
     # Ours first, then the peers, alternating setups, so that a budget cut loses peers' lines.
     jobs.sort(key=lambda job: 0 if "ostinato" in job[1] or "naive" in job[1] else 1)
@@ -193,8 +216,7 @@ def main() -> None:
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = args.name or args.device
-    (out_dir / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                     indent=1))
+    (out_dir / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = table(results, dtypes) + "\n\n" + atari_table(results)
     if failures:
         md += "\n\nDid not finish:\n" + "\n".join(f"* {f}" for f in failures)

@@ -22,13 +22,15 @@ from ostinato.writers.trajectory_writer import TrajectoryWriter
 __version__ = "0.1.0"
 
 # Framework adapters load their framework on first use (TensorFlow, PyTorch, JAX).
-_LAZY = {"TrajectoryDataset": "ostinato.datasets.tf_dataset",
-         "TimestepDataset": "ostinato.datasets.tf_dataset",
-         "TFClient": "ostinato.datasets.tf_client",
-         "PatternDataset": "ostinato.datasets.pattern_dataset",
-         "datasets": "ostinato.datasets",
-         "observers": "ostinato.observers",
-         "rlds": "ostinato.rlds"}
+_LAZY = {
+    "TrajectoryDataset": "ostinato.datasets.tf_dataset",
+    "TimestepDataset": "ostinato.datasets.tf_dataset",
+    "TFClient": "ostinato.datasets.tf_client",
+    "PatternDataset": "ostinato.datasets.pattern_dataset",
+    "datasets": "ostinato.datasets",
+    "observers": "ostinato.observers",
+    "rlds": "ostinato.rlds",
+}
 _LAZY_MODULES = {"datasets", "observers", "rlds"}
 
 
@@ -46,6 +48,7 @@ def __getattr__(name: str):  # module-level lazy attributes
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Client",

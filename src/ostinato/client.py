@@ -80,24 +80,41 @@ class Client:
       >>> sample = next(client.sample("replay"))
     """
 
-    def __init__(self, server_address: str, *, token: str | None = None,
-                 root_certificates: bytes | None = None, tls_server_name: str | None = None,
-                 compression: str = "zstd", unavailable_timeout: float = 30.0,
-                 max_message_bytes: int = 256 * 1024 * 1024, in_process: bool | None = None,
-                 transport: Transport | None = None, shared_memory: bool | None = None):
+    def __init__(
+        self,
+        server_address: str,
+        *,
+        token: str | None = None,
+        root_certificates: bytes | None = None,
+        tls_server_name: str | None = None,
+        compression: str = "zstd",
+        unavailable_timeout: float = 30.0,
+        max_message_bytes: int = 256 * 1024 * 1024,
+        in_process: bool | None = None,
+        transport: Transport | None = None,
+        shared_memory: bool | None = None,
+    ):
         addresses = split_addresses(server_address)
         if compression not in ("zstd", "none"):
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         if shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({shared_memory!r}) must be None, True or False")
-        self._server_address = (",".join(server_address)
-                                if isinstance(server_address, (list, tuple)) else server_address)
+        self._server_address = (
+            ",".join(server_address)
+            if isinstance(server_address, (list, tuple))
+            else server_address
+        )
         self._addresses = addresses
         self._transport = transport
-        self._options: dict[str, Any] = dict(token=token, root_certificates=root_certificates,
-                             tls_server_name=tls_server_name, compression=compression,
-                             unavailable_timeout=unavailable_timeout,
-                             max_message_bytes=max_message_bytes, shared_memory=shared_memory)
+        self._options: dict[str, Any] = dict(
+            token=token,
+            root_certificates=root_certificates,
+            tls_server_name=tls_server_name,
+            compression=compression,
+            unavailable_timeout=unavailable_timeout,
+            max_message_bytes=max_message_bytes,
+            shared_memory=shared_memory,
+        )
         self._in_process = in_process
 
     # -- plumbing -------------------------------------------------------------------------------------
@@ -145,7 +162,9 @@ class Client:
         self.close()
 
     # -- writing --------------------------------------------------------------------------------------
-    def insert(self, data: Any, priorities: dict[str, float], *, timeout: float | None = None) -> None:
+    def insert(
+        self, data: Any, priorities: dict[str, float], *, timeout: float | None = None
+    ) -> None:
         """Inserts one step of ``data`` as an item (of length 1) into each table of ``priorities``.
 
         The data is stored once, however many tables get an item. Blocks until every table's
@@ -182,23 +201,42 @@ class Client:
             meta = transport.table_meta(table)
             if meta.reject_negative and priority < 0:
                 raise errors.InvalidArgumentError(
-                    f"Priority must not be negative (got {priority} for table {table!r}).")
+                    f"Priority must not be negative (got {priority} for table {table!r})."
+                )
             # Whole steps: a signature may describe the one-step column or the step itself.
-            check_columns(table, meta.flat_signature,
-                          [(c.data.dtype, c.data.shape, c.data.shape[1:]) for c in trajectory[0::3]])
+            check_columns(
+                table,
+                meta.flat_signature,
+                [(c.data.dtype, c.data.shape, c.data.shape[1:]) for c in trajectory[0::3]],
+            )
         for table, priority in priorities.items():
             transport.insert(table, [(new_key(), float(priority), trajectory, squeeze)], deadline)
 
-    def writer(self, max_sequence_length: int, delta_encoded: bool = False,
-               chunk_length: int | None = None, max_in_flight_items: int | None = 25) -> Writer:
+    def writer(
+        self,
+        max_sequence_length: int,
+        delta_encoded: bool = False,
+        chunk_length: int | None = None,
+        max_in_flight_items: int | None = 25,
+    ) -> Writer:
         """Reverb's legacy writer (items are the last ``num_timesteps`` whole steps)."""
-        return Writer(self.transport, max_sequence_length, delta_encoded=delta_encoded,
-                      chunk_length=chunk_length, max_in_flight_items=max_in_flight_items)
+        return Writer(
+            self.transport,
+            max_sequence_length,
+            delta_encoded=delta_encoded,
+            chunk_length=chunk_length,
+            max_in_flight_items=max_in_flight_items,
+        )
 
-    def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True,
-                          max_chunk_length: int | None = None,
-                          max_pending_items: int | None = None,
-                          get_signature_timeout_ms: int | None = _DEFAULT) -> TrajectoryWriter:
+    def trajectory_writer(
+        self,
+        num_keep_alive_refs: int,
+        *,
+        validate_items: bool = True,
+        max_chunk_length: int | None = None,
+        max_pending_items: int | None = None,
+        get_signature_timeout_ms: int | None = _DEFAULT,
+    ) -> TrajectoryWriter:
         """A :class:`~ostinato.writers.trajectory_writer.TrajectoryWriter`.
 
         Args:
@@ -220,10 +258,14 @@ class Client:
             validate_items = False
         elif get_signature_timeout_ms is not _DEFAULT:
             timeout_ms = get_signature_timeout_ms
-        return TrajectoryWriter(self.transport, num_keep_alive_refs,
-                                validate_items=validate_items, max_chunk_length=max_chunk_length,
-                                max_pending_items=max_pending_items,
-                                signature_timeout_ms=timeout_ms)
+        return TrajectoryWriter(
+            self.transport,
+            num_keep_alive_refs,
+            validate_items=validate_items,
+            max_chunk_length=max_chunk_length,
+            max_pending_items=max_pending_items,
+            signature_timeout_ms=timeout_ms,
+        )
 
     def structured_writer(self, configs: Sequence[Any]) -> StructuredWriter:
         """A :class:`~ostinato.writers.structured_writer.StructuredWriter` that creates items
@@ -236,9 +278,15 @@ class Client:
         return StructuredWriter(self.transport, configs)
 
     # -- sampling -------------------------------------------------------------------------------------
-    def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = True,
-               unpack_as_table_signature: bool = False,
-               timeout: float | None = None) -> Iterator[Any]:
+    def sample(
+        self,
+        table: str,
+        num_samples: int = 1,
+        *,
+        emit_timesteps: bool = True,
+        unpack_as_table_signature: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Any]:
         """Yields ``num_samples`` sampled items.
 
         Args:
@@ -271,8 +319,14 @@ class Client:
             remaining -= len(batch)
             yield from _replay_samples(batch, emit_timesteps, structure)
 
-    def sample_batch(self, table: str, batch_size: int, *, timeout: float | None = None,
-                     unpack_as_table_signature: bool = True) -> ReplaySample:
+    def sample_batch(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        unpack_as_table_signature: bool = True,
+    ) -> ReplaySample:
         """Samples up to ``batch_size`` items at once and stacks them (Ostinato only).
 
         Returns:
@@ -294,28 +348,39 @@ class Client:
             meta = transport.table_meta(table)
             if meta.signature is not None:
                 data = optree.tree_unflatten(signature_structure(meta.signature), cols)
-        info = SampleInfo(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
-                          batch.times_sampled)
+        info = SampleInfo(
+            batch.keys,
+            batch.probabilities,
+            batch.table_sizes,
+            batch.priorities,
+            batch.times_sampled,
+        )
         return ReplaySample(info, data)
 
     # -- priorities, deletes, reset --------------------------------------------------------------------
-    def mutate_priorities(self, table: str, updates: dict[int, float] | None = None,
-                          deletes: Sequence[int] | None = None) -> None:
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: dict[int, float] | None = None,
+        deletes: Sequence[int] | None = None,
+    ) -> None:
         """Updates priorities and deletes items (deletes first); unknown keys are ignored.
 
         All new priorities are validated before anything changes (Reverb could apply part).
         """
         self.transport.mutate_priorities(table, updates, deletes, Deadline.never())
 
-    def update_priorities(self, table: str, keys: Sequence[int] | np.ndarray,
-                          priorities: Sequence[float] | np.ndarray) -> int:
+    def update_priorities(
+        self, table: str, keys: Sequence[int] | np.ndarray, priorities: Sequence[float] | np.ndarray
+    ) -> int:
         """Sets new priorities for many items at once (Ostinato only). Unknown keys are ignored.
 
         Returns:
           How many items were updated.
         """
         return self.transport.update_priorities(
-            table, keys, np.asarray(priorities, dtype=np.float64), Deadline.never())
+            table, keys, np.asarray(priorities, dtype=np.float64), Deadline.never()
+        )
 
     def delete(self, table: str, keys: Sequence[int] | np.ndarray) -> int:
         """Deletes items by key (Ostinato only). Returns how many existed."""
@@ -340,7 +405,8 @@ class Client:
             if wait:
                 raise errors.DeadlineExceededError(
                     f"ServerInfo call did not complete within provided timeout of {timeout}s "
-                    f"(server at {self._server_address}: {e})") from e
+                    f"(server at {self._server_address}: {e})"
+                ) from e
             raise
         return info
 
@@ -375,9 +441,16 @@ def _replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) ->
     batches are handled item by item.
     """
     n = len(batch)
-    infos = list(map(SampleInfo, batch.keys.tolist(), batch.probabilities.tolist(),
-                     batch.table_sizes.tolist(), batch.priorities.tolist(),
-                     batch.times_sampled.tolist()))
+    infos = list(
+        map(
+            SampleInfo,
+            batch.keys.tolist(),
+            batch.probabilities.tolist(),
+            batch.table_sizes.tolist(),
+            batch.priorities.tolist(),
+            batch.times_sampled.tolist(),
+        )
+    )
     stacked: list[np.ndarray] | None = None
     if n and batch.squeeze.count(batch.squeeze[0]) == n:
         try:
@@ -388,9 +461,13 @@ def _replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) ->
         out = []
         for info, packed, sq in zip(infos, batch.trajectories, batch.squeeze):
             cols = item_columns(packed, sq)
-            out.append(_timesteps(info, cols, sq, structure) if emit_timesteps else
-                       ReplaySample(info, cols if structure is None
-                                    else optree.tree_unflatten(structure, cols)))
+            out.append(
+                _timesteps(info, cols, sq, structure)
+                if emit_timesteps
+                else ReplaySample(
+                    info, cols if structure is None else optree.tree_unflatten(structure, cols)
+                )
+            )
         return out
     sq = batch.squeeze[0]
     if not emit_timesteps or all(sq):
@@ -401,9 +478,10 @@ def _replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) ->
         raise _mixed_squeeze_error()
     rows, t = split_stacked(stacked, n, _lengths_error)
     steps = _per_row(rows, n * t, structure)
-    samples = list(map(ReplaySample, infos if t == 1 else
-                       [info for info in infos for _ in range(t)], steps))
-    return [samples[i * t:(i + 1) * t] for i in range(n)]
+    samples = list(
+        map(ReplaySample, infos if t == 1 else [info for info in infos for _ in range(t)], steps)
+    )
+    return [samples[i * t : (i + 1) * t] for i in range(n)]
 
 
 _ELLIPSIS_KEYS: dict[int, list[tuple[int, Any]]] = {}
@@ -424,33 +502,47 @@ def _rows(column: np.ndarray, n: int) -> list[np.ndarray]:
 
 def _per_row(columns: list[np.ndarray], n: int, structure: Any) -> list[Any]:
     """Row ``i`` of every column, as a list (or shaped like the signature), for each ``i``."""
-    data: list[Any] = list(map(list, zip(*[_rows(c, n) for c in columns]))) if columns \
-        else [[] for _ in range(n)]
+    data: list[Any] = (
+        list(map(list, zip(*[_rows(c, n) for c in columns]))) if columns else [[] for _ in range(n)]
+    )
     if structure is not None:
         data = [optree.tree_unflatten(structure, d) for d in data]
     return data
 
 
 def _mixed_squeeze_error() -> ValueError:
-    return ValueError("Can't split non timestep trajectory into timesteps: some columns are "
-                      "squeezed (single steps) and others are not.")
+    return ValueError(
+        "Can't split non timestep trajectory into timesteps: some columns are "
+        "squeezed (single steps) and others are not."
+    )
 
 
 def _lengths_error(lengths: set[int]) -> ValueError:
-    return ValueError("Can't split non timestep trajectory into timesteps: columns have "
-                      f"lengths {sorted(lengths)}.")
+    return ValueError(
+        "Can't split non timestep trajectory into timesteps: columns have "
+        f"lengths {sorted(lengths)}."
+    )
 
 
-def _timesteps(info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...],
-               structure: Any) -> list[ReplaySample]:
+def _timesteps(
+    info: SampleInfo, cols: list[np.ndarray], sq: tuple[bool, ...], structure: Any
+) -> list[ReplaySample]:
     """One item's steps (items that could not be stacked with the others)."""
     if all(sq):
         data: Any = cols
-        return [ReplaySample(info, data if structure is None else optree.tree_unflatten(structure, cols))]
+        return [
+            ReplaySample(
+                info, data if structure is None else optree.tree_unflatten(structure, cols)
+            )
+        ]
     if any(sq):
         raise _mixed_squeeze_error()
     out = []
     for t in range(num_steps(cols, _lengths_error)):
         step = [np.asarray(c[t]) for c in cols]
-        out.append(ReplaySample(info, step if structure is None else optree.tree_unflatten(structure, step)))
+        out.append(
+            ReplaySample(
+                info, step if structure is None else optree.tree_unflatten(structure, step)
+            )
+        )
     return out

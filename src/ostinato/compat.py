@@ -43,8 +43,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "reverb.tf_client": ("ostinato.datasets.tf_client",),
     "reverb.trajectory_dataset": ("ostinato.datasets.tf_dataset",),
     "reverb.timestep_dataset": ("ostinato.datasets.tf_dataset",),
-    "reverb.trajectory_writer": ("ostinato.writers.trajectory_writer",
-                                 "ostinato.writers.columns"),
+    "reverb.trajectory_writer": ("ostinato.writers.trajectory_writer", "ostinato.writers.columns"),
     "reverb.structured_writer": ("ostinato.structured_writer",),
     "reverb.pattern_dataset": ("ostinato.datasets.pattern_dataset",),
     "reverb.platform": (),
@@ -91,7 +90,8 @@ class ReverbAlias(types.ModuleType):
             else:
                 raise AttributeError(
                     f"module {self.__name__!r} (Ostinato's stand-in for Reverb) has no "
-                    f"attribute {attr!r}")
+                    f"attribute {attr!r}"
+                )
         self.__dict__[attr] = value
         return value
 
@@ -103,8 +103,11 @@ class ReverbAlias(types.ModuleType):
             except ImportError:
                 pass
         prefix = self.__name__ + "."
-        names.update(m[len(prefix):] for m in MODULES if m.startswith(prefix)
-                     and "." not in m[len(prefix):])
+        names.update(
+            m[len(prefix) :]
+            for m in MODULES
+            if m.startswith(prefix) and "." not in m[len(prefix) :]
+        )
         return sorted(names)
 
 
@@ -132,7 +135,8 @@ def install_as_reverb() -> types.ModuleType:
         raise RuntimeError(
             "install_as_reverb(): dm-reverb was already imported in this process "
             f"({getattr(current, '__file__', current)!r}); call install_as_reverb() before "
-            "anything imports reverb")
+            "anything imports reverb"
+        )
     stale = [m for m in sys.modules if m.startswith("reverb.")]
     if stale:
         raise RuntimeError(f"install_as_reverb(): reverb submodules already imported: {stale}")
@@ -144,8 +148,9 @@ def install_as_reverb() -> types.ModuleType:
 def uninstall_as_reverb() -> None:
     """Removes what :func:`install_as_reverb` put into ``sys.modules`` (for tests)."""
     for name in list(sys.modules):
-        if (name == "reverb" or name.startswith("reverb.")) and \
-                getattr(sys.modules[name], "__ostinato__", False):
+        if (name == "reverb" or name.startswith("reverb.")) and getattr(
+            sys.modules[name], "__ostinato__", False
+        ):
             del sys.modules[name]
 
 
@@ -156,8 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: python -m ostinato.as_reverb "
-              "[-m module | script.py] [args ...]")
+        print("usage: python -m ostinato.as_reverb [-m module | script.py] [args ...]")
         raise SystemExit(0 if args else 2)
     install_as_reverb()
     if args[0] == "-m":
@@ -168,4 +172,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         sys.argv = args
         runpy.run_path(args[0], run_name="__main__")
-

@@ -63,8 +63,13 @@ class _Worker(threading.Thread):
     with its traceback and makes the demo exit non-zero.
     """
 
-    def __init__(self, name: str, target: Callable[..., None], args: tuple[Any, ...],
-                 server_stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        name: str,
+        target: Callable[..., None],
+        args: tuple[Any, ...],
+        server_stopping: threading.Event,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self._fn, self._fn_args = target, args
         self._server_stopping = server_stopping
@@ -90,8 +95,14 @@ def _join_all(threads: list[_Worker], timeout: float) -> list[_Worker]:
     return [t for t in threads if t.is_alive()]
 
 
-def _actor(client: reverb.Client, seed: int, stop: threading.Event, steps: _Counter,
-           items: _Counter, episode_len: int = 200) -> None:
+def _actor(
+    client: reverb.Client,
+    seed: int,
+    stop: threading.Event,
+    steps: _Counter,
+    items: _Counter,
+    episode_len: int = 200,
+) -> None:
     rng = np.random.default_rng(seed)
     with client.trajectory_writer(num_keep_alive_refs=TRAJ_LEN) as writer:
         while not stop.is_set():
@@ -103,11 +114,15 @@ def _actor(client: reverb.Client, seed: int, stop: threading.Event, steps: _Coun
                 obs = (obs * 0.9 + rng.standard_normal(OBS_DIM) * 0.1).astype(np.float32)
                 if writer.episode_steps >= TRAJ_LEN:
                     h = writer.history
-                    writer.create_item("replay", priority=1.0, trajectory={
-                        "obs": h["obs"][-TRAJ_LEN:],
-                        "action": h["action"][-TRAJ_LEN:],
-                        "reward": h["reward"][-TRAJ_LEN:],
-                    })
+                    writer.create_item(
+                        "replay",
+                        priority=1.0,
+                        trajectory={
+                            "obs": h["obs"][-TRAJ_LEN:],
+                            "action": h["action"][-TRAJ_LEN:],
+                            "reward": h["reward"][-TRAJ_LEN:],
+                        },
+                    )
                     items.add(1)
                 steps.add(1)
                 if stop.is_set():
@@ -122,8 +137,13 @@ def _actor(client: reverb.Client, seed: int, stop: threading.Event, steps: _Coun
         writer.flush(timeout_ms=5000)
 
 
-def _learner(client: reverb.Client, batch_size: int, stop: threading.Event, sampled: _Counter,
-             updates: _Counter) -> None:
+def _learner(
+    client: reverb.Client,
+    batch_size: int,
+    stop: threading.Event,
+    sampled: _Counter,
+    updates: _Counter,
+) -> None:
     while not stop.is_set():
         try:
             batch = client.sample_batch("replay", batch_size, timeout=0.5)
@@ -141,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     parser.add_argument("--actors", type=int, default=4, help="actor threads (default 4)")
     parser.add_argument("--batch-size", type=int, default=256, help="learner batch size")
-    parser.add_argument("--samples-per-insert", type=float, default=4.0,
-                        help="SampleToInsertRatio target (default 4)")
+    parser.add_argument(
+        "--samples-per-insert",
+        type=float,
+        default=4.0,
+        help="SampleToInsertRatio target (default 4)",
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.actors < 1 or args.batch_size < 1:
         parser.error("--seconds, --actors and --batch-size must be positive")
@@ -153,25 +177,39 @@ def main(argv: list[str] | None = None) -> int:
         remover=reverb.selectors.Fifo(),
         max_size=100_000,
         rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
-            samples_per_insert=args.samples_per_insert, min_size_to_sample=1_000,
-            error_buffer=max(1000.0, 10 * args.batch_size * args.samples_per_insert)),
+            samples_per_insert=args.samples_per_insert,
+            min_size_to_sample=1_000,
+            error_buffer=max(1000.0, 10 * args.batch_size * args.samples_per_insert),
+        ),
         signature={
             "obs": reverb.TensorSpec([TRAJ_LEN, OBS_DIM], np.float32),
             "action": reverb.TensorSpec([TRAJ_LEN], np.int32),
             "reward": reverb.TensorSpec([TRAJ_LEN], np.float32),
         },
     )
-    actors_stop, learner_stop, server_stopping = threading.Event(), threading.Event(), threading.Event()
+    actors_stop, learner_stop, server_stopping = (
+        threading.Event(),
+        threading.Event(),
+        threading.Event(),
+    )
     steps, items, sampled, updates = _Counter(), _Counter(), _Counter(), _Counter()
     interrupted = False
     with reverb.Server([table]) as server:
         client = server.localhost_client()
-        print(f"Ostinato {reverb.__version__} demo: embedded server on port {server.port}, "
-              f"{args.actors} actors, 1 learner (batch {args.batch_size}), {args.seconds:g} s")
-        actors = [_Worker(f"actor {i}", _actor, (client, i, actors_stop, steps, items),
-                          server_stopping) for i in range(args.actors)]
-        learner = _Worker("learner", _learner,
-                          (client, args.batch_size, learner_stop, sampled, updates), server_stopping)
+        print(
+            f"Ostinato {reverb.__version__} demo: embedded server on port {server.port}, "
+            f"{args.actors} actors, 1 learner (batch {args.batch_size}), {args.seconds:g} s"
+        )
+        actors = [
+            _Worker(f"actor {i}", _actor, (client, i, actors_stop, steps, items), server_stopping)
+            for i in range(args.actors)
+        ]
+        learner = _Worker(
+            "learner",
+            _learner,
+            (client, args.batch_size, learner_stop, sampled, updates),
+            server_stopping,
+        )
         start = time.perf_counter()
         for t in [*actors, learner]:
             t.start()
@@ -181,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(min(1.0, args.seconds - (now - start)))
                 now = time.perf_counter()
                 dt = now - last[0]
-                print(f"  t={now - start:5.1f}s  items/s {(items.value - last[1]) / dt:>9,.0f}  "
-                      f"samples/s {(sampled.value - last[2]) / dt:>10,.0f}  "
-                      f"table size {table.size:>7,}", flush=True)
+                print(
+                    f"  t={now - start:5.1f}s  items/s {(items.value - last[1]) / dt:>9,.0f}  "
+                    f"samples/s {(sampled.value - last[2]) / dt:>10,.0f}  "
+                    f"table size {table.size:>7,}",
+                    flush=True,
+                )
                 last = (now, items.value, sampled.value)
         except KeyboardInterrupt:
             interrupted = True
@@ -201,16 +242,21 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         stuck = _join_all(stuck, timeout=5)
     if stuck:
-        print(f"ostinato-demo: {', '.join(t.name for t in stuck)} did not stop in time.",
-              file=sys.stderr)
-    print(f"Done: {steps.value:,} steps, {items.value:,} items written "
-          f"({items.value / elapsed:,.0f}/s); {sampled.value:,} items sampled in "
-          f"{updates.value:,} batches ({sampled.value / elapsed:,.0f}/s) with priority updates.")
+        print(
+            f"ostinato-demo: {', '.join(t.name for t in stuck)} did not stop in time.",
+            file=sys.stderr,
+        )
+    print(
+        f"Done: {steps.value:,} steps, {items.value:,} items written "
+        f"({items.value / elapsed:,.0f}/s); {sampled.value:,} items sampled in "
+        f"{updates.value:,} batches ({sampled.value / elapsed:,.0f}/s) with priority updates."
+    )
     failed = [t for t in [*actors, learner] if t.error is not None]
     if failed:
         print(f"ostinato-demo: {len(failed)} thread(s) failed (tracebacks above).", file=sys.stderr)
         return 1
     return 130 if interrupted else 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

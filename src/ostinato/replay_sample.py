@@ -46,8 +46,13 @@ class SampleInfo(NamedTuple):
     @staticmethod
     def numpy_dtypes() -> SampleInfo:
         """numpy dtypes of the fields in batched form."""
-        return SampleInfo(np.dtype(np.uint64), np.dtype(np.float64), np.dtype(np.int64),
-                          np.dtype(np.float64), np.dtype(np.int32))
+        return SampleInfo(
+            np.dtype(np.uint64),
+            np.dtype(np.float64),
+            np.dtype(np.int64),
+            np.dtype(np.float64),
+            np.dtype(np.int32),
+        )
 
 
 class ReplaySample(NamedTuple):

@@ -11,4 +11,13 @@ from ostinato.core.selectors import (
     Uniform,
 )
 
-__all__ = ["Fifo", "HeapSelector", "ItemSelector", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Uniform"]
+__all__ = [
+    "Fifo",
+    "HeapSelector",
+    "ItemSelector",
+    "Lifo",
+    "MaxHeap",
+    "MinHeap",
+    "Prioritized",
+    "Uniform",
+]

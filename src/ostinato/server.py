@@ -82,10 +82,13 @@ class ServerTLS:
                 f.write(self.private_key)
             try:  # an encrypted key fails instead of prompting
                 ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
-                    cert, key, password=lambda: b"")
+                    cert, key, password=lambda: b""
+                )
             except (ssl.SSLError, OSError) as e:
-                return (f"the private key and certificate chain cannot be used together (does "
-                        f"the key match the certificate, is it PEM and unencrypted?): {e}")
+                return (
+                    f"the private key and certificate chain cannot be used together (does "
+                    f"the key match the certificate, is it PEM and unencrypted?): {e}"
+                )
         return None
 
 
@@ -130,13 +133,23 @@ class Server:
       >>> client = server.localhost_client()
     """
 
-    def __init__(self, tables: Sequence[Table] | None = None, port: int | None = None,
-                 checkpointer: Any = None, *, host: str = "localhost", token: str | None = None,
-                 tls: ServerTLS | None = None, max_message_bytes: int = 256 * 1024 * 1024,
-                 max_workers: int = 64, shared_memory: bool = True,
-                 metrics_port: int | None = None, max_streams: int = 4096,
-                 idle_stream_seconds: float | None = 300.0,
-                 max_inflated_bytes: int | None = None):
+    def __init__(
+        self,
+        tables: Sequence[Table] | None = None,
+        port: int | None = None,
+        checkpointer: Any = None,
+        *,
+        host: str = "localhost",
+        token: str | None = None,
+        tls: ServerTLS | None = None,
+        max_message_bytes: int = 256 * 1024 * 1024,
+        max_workers: int = 64,
+        shared_memory: bool = True,
+        metrics_port: int | None = None,
+        max_streams: int = 4096,
+        idle_stream_seconds: float | None = 300.0,
+        max_inflated_bytes: int | None = None,
+    ):
         if not tables:
             raise ValueError("At least one table must be provided")
         names = [t.name for t in tables]
@@ -146,23 +159,31 @@ class Server:
         for t in tables:
             if not isinstance(t, Table):
                 raise TypeError(f"tables must hold ostinato.Table objects, got {t!r}")
-        if checkpointer is not None and not (hasattr(checkpointer, "save")
-                                             and hasattr(checkpointer, "restore")):
-            raise TypeError(f"checkpointer ({checkpointer!r}) must be an "
-                            "ostinato.checkpointers.CheckpointerBase")
+        if checkpointer is not None and not (
+            hasattr(checkpointer, "save") and hasattr(checkpointer, "restore")
+        ):
+            raise TypeError(
+                f"checkpointer ({checkpointer!r}) must be an "
+                "ostinato.checkpointers.CheckpointerBase"
+            )
         validate.port("port", port, none_ok=True)
         if token is not None and (not isinstance(token, str) or not token):
             raise ValueError("token must be a non-empty string")
         if max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes ({max_message_bytes}) must be >= 1024")
-        if max_inflated_bytes is not None and (not is_int(max_inflated_bytes)
-                                               or max_inflated_bytes < 1024):
-            raise ValueError(f"max_inflated_bytes ({max_inflated_bytes!r}) must be None or an "
-                             "integer >= 1024")
+        if max_inflated_bytes is not None and (
+            not is_int(max_inflated_bytes) or max_inflated_bytes < 1024
+        ):
+            raise ValueError(
+                f"max_inflated_bytes ({max_inflated_bytes!r}) must be None or an integer >= 1024"
+            )
         #: Largest expansion of one Insert request's rows (see ``max_inflated_bytes``); read by
         #: the gRPC service's insert streams.
-        self.max_inflated_bytes: int = max_inflated_bytes if max_inflated_bytes is not None \
+        self.max_inflated_bytes: int = (
+            max_inflated_bytes
+            if max_inflated_bytes is not None
             else max(max_message_bytes, DEFAULT_MIN_INFLATED_BYTES)
+        )
         validate.port("metrics_port", metrics_port, none_ok=True)
         if metrics_port is not None:  # fail before anything starts if the extra is missing
             from ostinato.ops.metrics import require_prometheus
@@ -189,10 +210,17 @@ class Server:
 
         try:
             self._grpc, bound, self._service = start_grpc_server(
-                self, host, port or 0, token=token, tls=tls,
-                max_message_bytes=max_message_bytes, max_workers=max_workers,
-                shared_memory=bool(shared_memory), max_streams=max_streams,
-                idle_stream_seconds=idle_stream_seconds)
+                self,
+                host,
+                port or 0,
+                token=token,
+                tls=tls,
+                max_message_bytes=max_message_bytes,
+                max_workers=max_workers,
+                shared_memory=bool(shared_memory),
+                max_streams=max_streams,
+                idle_stream_seconds=idle_stream_seconds,
+            )
         except ValueError as e:
             for t in tables:
                 t.detach(self)
@@ -203,7 +231,10 @@ class Server:
         if not registry.is_loopback_host(host) and tls is None and token is None:
             _log.warning(
                 "Ostinato server listening on %s:%d without TLS or a token: anyone who can reach "
-                "this address can read and change the replay data.", host, bound)
+                "this address can read and change the replay data.",
+                host,
+                bound,
+            )
         _log.info("Ostinato server started on %s:%d with tables %s", host, bound, ", ".join(names))
         if metrics_port is not None:
             from ostinato.ops.metrics import serve
@@ -268,8 +299,9 @@ class Server:
             from ostinato.checkpointers import TempDirCheckpointer
 
             self._checkpointer = TempDirCheckpointer()
-            _log.info("no checkpointer configured; writing checkpoints under %s",
-                      self._checkpointer.path)
+            _log.info(
+                "no checkpointer configured; writing checkpoints under %s", self._checkpointer.path
+            )
         t0 = time.monotonic()
         stats = self.checkpoint_stats
         try:

@@ -20,8 +20,15 @@ from ostinato import validate
 from ostinato.argtypes import positive, read_pem
 from ostinato.server_config import ConfigError, load_config, server_settings, tables_from_config
 
-__all__ = ["ConfigError", "EXAMPLE_CONFIG", "build_parser", "load_config", "main",
-           "server_settings", "tables_from_config"]
+__all__ = [
+    "ConfigError",
+    "EXAMPLE_CONFIG",
+    "build_parser",
+    "load_config",
+    "main",
+    "server_settings",
+    "tables_from_config",
+]
 
 _log = logging.getLogger("ostinato.server_cli")
 
@@ -89,32 +96,50 @@ def _check_key_pair(tls: Any, cert_path: str, key_path: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="ostinato-server", description=__doc__.split("\n")[0],
+        prog="ostinato-server",
+        description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example config (text proto; .toml and .yaml files take the same fields):\n\n"
-               + "\n".join("  " + line if line else "" for line in EXAMPLE_CONFIG.splitlines()))
-    p.add_argument("--config", required=True,
-                   help="text-proto ReverbServerConfig, or a .toml / .yaml file")
+        + "\n".join("  " + line if line else "" for line in EXAMPLE_CONFIG.splitlines()),
+    )
+    p.add_argument(
+        "--config", required=True, help="text-proto ReverbServerConfig, or a .toml / .yaml file"
+    )
     p.add_argument("--host", default=None, help="interface to listen on (default localhost)")
     p.add_argument("--port", type=int, default=None, help="overrides the config's port")
     p.add_argument("--tls-cert", help="PEM certificate chain file")
     p.add_argument("--tls-key", help="PEM private key file")
-    p.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
-                   help="shared secret clients must send (default $OSTINATO_TOKEN)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("OSTINATO_TOKEN") or None,
+        help="shared secret clients must send (default $OSTINATO_TOKEN)",
+    )
     p.add_argument("--checkpoint-dir", help="checkpoint root (restored from on start)")
-    p.add_argument("--checkpoint-every", type=positive(float),
-                   help="seconds between checkpoints")
-    p.add_argument("--checkpoint-keep", type=positive(int),
-                   help="checkpoints to keep (default 1)")
-    p.add_argument("--checkpoint-on-exit", action="store_true",
-                   help="write a final checkpoint on SIGTERM/SIGINT")
-    p.add_argument("--no-shared-memory", action="store_true",
-                   help="refuse writers' shared-memory rings (rows then always travel over gRPC)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on this port (needs ostinato[metrics])")
+    p.add_argument("--checkpoint-every", type=positive(float), help="seconds between checkpoints")
+    p.add_argument("--checkpoint-keep", type=positive(int), help="checkpoints to keep (default 1)")
+    p.add_argument(
+        "--checkpoint-on-exit",
+        action="store_true",
+        help="write a final checkpoint on SIGTERM/SIGINT",
+    )
+    p.add_argument(
+        "--no-shared-memory",
+        action="store_true",
+        help="refuse writers' shared-memory rings (rows then always travel over gRPC)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (needs ostinato[metrics])",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    )
     return p
 
 
@@ -130,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             validate.port("--metrics-port", args.metrics_port)
         except ValueError as e:
             parser.error(str(e))
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from ostinato import checkpointers
     from ostinato.server import Server, ServerTLS
 
@@ -145,24 +171,33 @@ def main(argv: list[str] | None = None) -> int:
     tls = None
     if args.tls_cert:
         try:
-            tls = ServerTLS(read_pem(args.tls_cert, "--tls-cert", ConfigError),
-                            read_pem(args.tls_key, "--tls-key", ConfigError))
+            tls = ServerTLS(
+                read_pem(args.tls_cert, "--tls-cert", ConfigError),
+                read_pem(args.tls_key, "--tls-key", ConfigError),
+            )
             _check_key_pair(tls, args.tls_cert, args.tls_key)
         except ConfigError as e:
             print(f"ostinato-server: {e}", file=sys.stderr)
             return 2
     ckpt_dir = args.checkpoint_dir or settings["checkpoint_dir"]
-    every = (args.checkpoint_every if args.checkpoint_every is not None
-             else settings["checkpoint_every_seconds"])
+    every = (
+        args.checkpoint_every
+        if args.checkpoint_every is not None
+        else settings["checkpoint_every_seconds"]
+    )
     keep = args.checkpoint_keep if args.checkpoint_keep is not None else settings["checkpoint_keep"]
     progress = None if args.no_progress else _progress_bar()
     checkpointer = None
     if ckpt_dir:
         checkpointer = checkpointers.DefaultCheckpointer(
-            ckpt_dir, keep=keep or 1, every_seconds=every, progress=progress)
+            ckpt_dir, keep=keep or 1, every_seconds=every, progress=progress
+        )
     port = args.port if args.port is not None else settings["port"]
-    kwargs: dict[str, Any] = {"token": args.token, "tls": tls,
-                              "shared_memory": not args.no_shared_memory}
+    kwargs: dict[str, Any] = {
+        "token": args.token,
+        "tls": tls,
+        "shared_memory": not args.no_shared_memory,
+    }
     if args.host:
         kwargs["host"] = args.host
     if args.metrics_port is not None:

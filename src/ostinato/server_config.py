@@ -26,19 +26,35 @@ class ConfigError(ValueError):
 
 # Fields of ReverbServerConfig and its messages (the text-proto schema below has the same).
 _SELECTOR_FIELDS = ("fifo", "uniform", "lifo", "prioritized", "heap", "is_deterministic")
-_RATE_LIMITER_FIELDS = ("samples_per_insert", "min_diff", "max_diff", "min_size_to_sample",
-                        "sample_count", "insert_count", "delete_count")
-_TABLE_FIELDS = ("table_name", "sampler", "remover", "max_size", "max_times_sampled",
-                 "rate_limiter", "num_deleted_episodes", "num_unique_samples")
-_CONFIG_FIELDS = ("tables", "port", "checkpoint_dir", "checkpoint_every_seconds",
-                  "checkpoint_keep")
+_RATE_LIMITER_FIELDS = (
+    "samples_per_insert",
+    "min_diff",
+    "max_diff",
+    "min_size_to_sample",
+    "sample_count",
+    "insert_count",
+    "delete_count",
+)
+_TABLE_FIELDS = (
+    "table_name",
+    "sampler",
+    "remover",
+    "max_size",
+    "max_times_sampled",
+    "rate_limiter",
+    "num_deleted_episodes",
+    "num_unique_samples",
+)
+_CONFIG_FIELDS = ("tables", "port", "checkpoint_dir", "checkpoint_every_seconds", "checkpoint_keep")
 
 
 def _check_fields(d: dict[Any, Any], known: tuple[str, ...], where: str) -> None:
     unknown = sorted(str(k) for k in d if k not in known)
     if unknown:
-        raise ConfigError(f"{where}: unknown field {', '.join(map(repr, unknown))} "
-                          f"(known fields: {', '.join(known)})")
+        raise ConfigError(
+            f"{where}: unknown field {', '.join(map(repr, unknown))} "
+            f"(known fields: {', '.join(known)})"
+        )
 
 
 # -- text-proto schema ------------------------------------------------------------------------------
@@ -46,14 +62,19 @@ def _message_class() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(name="ostinato_server_config.proto",
-                                            package="ostinato.config", syntax="proto3")
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="ostinato_server_config.proto", package="ostinato.config", syntax="proto3"
+    )
 
     def msg(name: str, fields: list[tuple[str, int, int, str | None, bool, int | None]]) -> Any:
         m = fd.message_type.add(name=name)
         for fname, num, ftype, tname, repeated, oneof in fields:
-            f = m.field.add(name=fname, number=num, type=ftype,
-                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+            f = m.field.add(
+                name=fname,
+                number=num,
+                type=ftype,
+                label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL,
+            )
             if tname:
                 f.type_name = f".ostinato.config.{tname}"
             if oneof is not None:
@@ -62,39 +83,58 @@ def _message_class() -> Any:
 
     msg("Prioritized", [("priority_exponent", 1, F.TYPE_DOUBLE, None, False, None)])
     msg("Heap", [("min_heap", 1, F.TYPE_BOOL, None, False, None)])
-    kd = msg("KeyDistributionOptions", [
-        ("fifo", 1, F.TYPE_BOOL, None, False, 0), ("uniform", 2, F.TYPE_BOOL, None, False, 0),
-        ("prioritized", 3, F.TYPE_MESSAGE, "Prioritized", False, 0),
-        ("heap", 4, F.TYPE_MESSAGE, "Heap", False, 0), ("lifo", 6, F.TYPE_BOOL, None, False, 0),
-        ("is_deterministic", 7, F.TYPE_BOOL, None, False, None)])
+    kd = msg(
+        "KeyDistributionOptions",
+        [
+            ("fifo", 1, F.TYPE_BOOL, None, False, 0),
+            ("uniform", 2, F.TYPE_BOOL, None, False, 0),
+            ("prioritized", 3, F.TYPE_MESSAGE, "Prioritized", False, 0),
+            ("heap", 4, F.TYPE_MESSAGE, "Heap", False, 0),
+            ("lifo", 6, F.TYPE_BOOL, None, False, 0),
+            ("is_deterministic", 7, F.TYPE_BOOL, None, False, None),
+        ],
+    )
     kd.oneof_decl.add(name="distribution")
-    msg("RateLimiterCheckpoint", [
-        ("samples_per_insert", 2, F.TYPE_DOUBLE, None, False, None),
-        ("min_diff", 3, F.TYPE_DOUBLE, None, False, None),
-        ("max_diff", 4, F.TYPE_DOUBLE, None, False, None),
-        ("min_size_to_sample", 5, F.TYPE_INT64, None, False, None),
-        ("sample_count", 6, F.TYPE_INT64, None, False, None),
-        ("insert_count", 7, F.TYPE_INT64, None, False, None),
-        ("delete_count", 8, F.TYPE_INT64, None, False, None)])
-    msg("PriorityTableCheckpoint", [
-        ("table_name", 1, F.TYPE_STRING, None, False, None),
-        ("rate_limiter", 3, F.TYPE_MESSAGE, "RateLimiterCheckpoint", False, None),
-        ("sampler", 4, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
-        ("remover", 5, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
-        ("max_size", 6, F.TYPE_INT64, None, False, None),
-        ("max_times_sampled", 7, F.TYPE_INT32, None, False, None),
-        ("num_deleted_episodes", 8, F.TYPE_INT64, None, False, None),
-        ("num_unique_samples", 10, F.TYPE_INT64, None, False, None)])
-    msg("ReverbServerConfig", [
-        ("tables", 1, F.TYPE_MESSAGE, "PriorityTableCheckpoint", True, None),
-        ("port", 2, F.TYPE_INT32, None, False, None),
-        ("checkpoint_dir", 100, F.TYPE_STRING, None, False, None),
-        ("checkpoint_every_seconds", 101, F.TYPE_DOUBLE, None, False, None),
-        ("checkpoint_keep", 102, F.TYPE_INT32, None, False, None)])
+    msg(
+        "RateLimiterCheckpoint",
+        [
+            ("samples_per_insert", 2, F.TYPE_DOUBLE, None, False, None),
+            ("min_diff", 3, F.TYPE_DOUBLE, None, False, None),
+            ("max_diff", 4, F.TYPE_DOUBLE, None, False, None),
+            ("min_size_to_sample", 5, F.TYPE_INT64, None, False, None),
+            ("sample_count", 6, F.TYPE_INT64, None, False, None),
+            ("insert_count", 7, F.TYPE_INT64, None, False, None),
+            ("delete_count", 8, F.TYPE_INT64, None, False, None),
+        ],
+    )
+    msg(
+        "PriorityTableCheckpoint",
+        [
+            ("table_name", 1, F.TYPE_STRING, None, False, None),
+            ("rate_limiter", 3, F.TYPE_MESSAGE, "RateLimiterCheckpoint", False, None),
+            ("sampler", 4, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
+            ("remover", 5, F.TYPE_MESSAGE, "KeyDistributionOptions", False, None),
+            ("max_size", 6, F.TYPE_INT64, None, False, None),
+            ("max_times_sampled", 7, F.TYPE_INT32, None, False, None),
+            ("num_deleted_episodes", 8, F.TYPE_INT64, None, False, None),
+            ("num_unique_samples", 10, F.TYPE_INT64, None, False, None),
+        ],
+    )
+    msg(
+        "ReverbServerConfig",
+        [
+            ("tables", 1, F.TYPE_MESSAGE, "PriorityTableCheckpoint", True, None),
+            ("port", 2, F.TYPE_INT32, None, False, None),
+            ("checkpoint_dir", 100, F.TYPE_STRING, None, False, None),
+            ("checkpoint_every_seconds", 101, F.TYPE_DOUBLE, None, False, None),
+            ("checkpoint_keep", 102, F.TYPE_INT32, None, False, None),
+        ],
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(
-        "ostinato.config.ReverbServerConfig"))
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("ostinato.config.ReverbServerConfig")
+    )
 
 
 def parse_text_proto(text: str, source: str) -> dict[str, Any]:
@@ -126,8 +166,10 @@ def load_config(path: str) -> dict[str, Any]:
             try:
                 import tomli as tomllib
             except ImportError:
-                raise ConfigError(f"{path}: reading a TOML config on Python < 3.11 needs the "
-                                  "'tomli' package (pip install tomli)") from None
+                raise ConfigError(
+                    f"{path}: reading a TOML config on Python < 3.11 needs the "
+                    "'tomli' package (pip install tomli)"
+                ) from None
         try:
             return tomllib.loads(raw.decode())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -136,8 +178,10 @@ def load_config(path: str) -> dict[str, Any]:
         try:
             import yaml
         except ImportError:
-            raise ConfigError(f"{path}: reading a YAML config needs the 'pyyaml' package "
-                              "(pip install 'ostinato[yaml]' or pip install pyyaml)") from None
+            raise ConfigError(
+                f"{path}: reading a YAML config needs the 'pyyaml' package "
+                "(pip install 'ostinato[yaml]' or pip install pyyaml)"
+            ) from None
         try:
             doc = yaml.safe_load(raw)
         except yaml.YAMLError as e:
@@ -145,8 +189,10 @@ def load_config(path: str) -> dict[str, Any]:
         if doc is None:
             return {}
         if not isinstance(doc, dict):
-            raise ConfigError(f"{path}: the document must be a mapping with a 'tables' field, "
-                              f"got a {type(doc).__name__}")
+            raise ConfigError(
+                f"{path}: the document must be a mapping with a 'tables' field, "
+                f"got a {type(doc).__name__}"
+            )
         return doc
     try:
         text = raw.decode()
@@ -164,13 +210,15 @@ def _selector(d: Any, where: str) -> Any:
     _check_fields(d, _SELECTOR_FIELDS, where)
     kinds = [k for k in ("fifo", "uniform", "lifo", "prioritized", "heap") if k in d]
     if len(kinds) != 1:
-        raise ConfigError(f"{where}: set exactly one of fifo, uniform, lifo, prioritized, heap "
-                          f"(got {sorted(d)})")
+        raise ConfigError(
+            f"{where}: set exactly one of fifo, uniform, lifo, prioritized, heap (got {sorted(d)})"
+        )
     k = kinds[0]
     if k in ("fifo", "uniform", "lifo"):
         if d[k] is not True:
-            raise ConfigError(f"{where}.{k}: distribution={k} but the associated boolean value "
-                              "is false")
+            raise ConfigError(
+                f"{where}.{k}: distribution={k} but the associated boolean value is false"
+            )
         return {"fifo": selectors.Fifo, "uniform": selectors.Uniform, "lifo": selectors.Lifo}[k]()
     sub = d[k] if d[k] is not None else {}
     if not isinstance(sub, dict):
@@ -178,8 +226,9 @@ def _selector(d: Any, where: str) -> Any:
     if k == "prioritized":
         _check_fields(sub, ("priority_exponent",), f"{where}.prioritized")
         try:
-            return selectors.Prioritized(_number(sub, "priority_exponent", f"{where}.prioritized",
-                                                 0.0))
+            return selectors.Prioritized(
+                _number(sub, "priority_exponent", f"{where}.prioritized", 0.0)
+            )
         except ValueError as e:
             if isinstance(e, ConfigError):
                 raise
@@ -251,17 +300,23 @@ def tables_from_config(config: dict[str, Any]) -> list[Any]:
                 _number(rl, "samples_per_insert", f"{where}.rate_limiter"),
                 _integer(rl, "min_size_to_sample", f"{where}.rate_limiter"),
                 _number(rl, "min_diff", f"{where}.rate_limiter", -math.inf),
-                _number(rl, "max_diff", f"{where}.rate_limiter", math.inf))
+                _number(rl, "max_diff", f"{where}.rate_limiter", math.inf),
+            )
         except ValueError as e:
             if isinstance(e, ConfigError):
                 raise
             raise ConfigError(f"{where}.rate_limiter: {e}") from None
         try:
-            out.append(Table(name=name, sampler=_selector(t.get("sampler"), f"{where}.sampler"),
-                             remover=_selector(t.get("remover"), f"{where}.remover"),
-                             max_size=_integer(t, "max_size", where),
-                             rate_limiter=limiter,
-                             max_times_sampled=_integer(t, "max_times_sampled", where, 0)))
+            out.append(
+                Table(
+                    name=name,
+                    sampler=_selector(t.get("sampler"), f"{where}.sampler"),
+                    remover=_selector(t.get("remover"), f"{where}.remover"),
+                    max_size=_integer(t, "max_size", where),
+                    rate_limiter=limiter,
+                    max_times_sampled=_integer(t, "max_times_sampled", where, 0),
+                )
+            )
         except (ValueError, TypeError) as e:
             if isinstance(e, ConfigError):
                 raise
@@ -288,5 +343,9 @@ def server_settings(config: dict[str, Any]) -> dict[str, Any]:
         keep = _integer(config, "checkpoint_keep", "config")
         if keep < 1:
             raise ConfigError(f"config.checkpoint_keep ({keep}) must be >= 1")
-    return {"port": port or None, "checkpoint_dir": ckpt_dir or None,
-            "checkpoint_every_seconds": every, "checkpoint_keep": keep}
+    return {
+        "port": port or None,
+        "checkpoint_dir": ckpt_dir or None,
+        "checkpoint_every_seconds": every,
+        "checkpoint_keep": keep,
+    }

@@ -22,18 +22,36 @@ from ostinato.core.table import Table
 from ostinato.server import Server
 
 
-def uniform_table(name: str = "table", max_size: int = 1000, min_size_to_sample: int = 1,
-                  **kwargs: Any) -> Table:
+def uniform_table(
+    name: str = "table", max_size: int = 1000, min_size_to_sample: int = 1, **kwargs: Any
+) -> Table:
     """A Uniform-sampled, Fifo-evicted table with a MinSize limiter."""
-    return Table(name, selectors.Uniform(), selectors.Fifo(), max_size,
-                 rate_limiters.MinSize(min_size_to_sample), **kwargs)
+    return Table(
+        name,
+        selectors.Uniform(),
+        selectors.Fifo(),
+        max_size,
+        rate_limiters.MinSize(min_size_to_sample),
+        **kwargs,
+    )
 
 
-def prioritized_table(name: str = "table", priority_exponent: float = 0.6, max_size: int = 1000,
-                      min_size_to_sample: int = 1, **kwargs: Any) -> Table:
+def prioritized_table(
+    name: str = "table",
+    priority_exponent: float = 0.6,
+    max_size: int = 1000,
+    min_size_to_sample: int = 1,
+    **kwargs: Any,
+) -> Table:
     """A Prioritized-sampled, Fifo-evicted table with a MinSize limiter."""
-    return Table(name, selectors.Prioritized(priority_exponent), selectors.Fifo(), max_size,
-                 rate_limiters.MinSize(min_size_to_sample), **kwargs)
+    return Table(
+        name,
+        selectors.Prioritized(priority_exponent),
+        selectors.Fifo(),
+        max_size,
+        rate_limiters.MinSize(min_size_to_sample),
+        **kwargs,
+    )
 
 
 @contextlib.contextmanager

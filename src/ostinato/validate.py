@@ -38,8 +38,9 @@ def positive_int(name: str, value: Any, *, none_ok: bool = False) -> Any:
     if value is None and none_ok:
         return None
     if not is_int(value) or value < 1:
-        raise ValueError(f"{name} ({value!r}) must be {'None or ' if none_ok else ''}"
-                         "a positive integer")
+        raise ValueError(
+            f"{name} ({value!r}) must be {'None or ' if none_ok else ''}a positive integer"
+        )
     return int(value)
 
 
@@ -53,8 +54,9 @@ def non_negative_int(name: str, value: Any, *, none_ok: bool = False) -> Any:
     if value is None and none_ok:
         return None
     if not is_int(value) or value < 0:
-        raise ValueError(f"{name} ({value!r}) must be {'None or ' if none_ok else ''}"
-                         "a non-negative integer")
+        raise ValueError(
+            f"{name} ({value!r}) must be {'None or ' if none_ok else ''}a non-negative integer"
+        )
     return int(value)
 
 
@@ -67,8 +69,9 @@ def int_in(name: str, value: Any, low: int, high: int, *, none_ok: bool = False)
     if value is None and none_ok:
         return None
     if not is_int(value) or not low <= value <= high:
-        raise ValueError(f"{name} ({value!r}) must be {'None or ' if none_ok else ''}"
-                         f"an integer in {low}..{high}")
+        raise ValueError(
+            f"{name} ({value!r}) must be {'None or ' if none_ok else ''}an integer in {low}..{high}"
+        )
     return int(value)
 
 

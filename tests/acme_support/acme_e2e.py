@@ -97,8 +97,9 @@ def env_discount(episode: int, t: int) -> float:
     return 0.0 if last and terminates(episode) else 1.0
 
 
-def check(obs: np.ndarray, action: int, reward: float, discount: float,
-          next_obs: np.ndarray) -> tuple[int, int, int]:
+def check(
+    obs: np.ndarray, action: int, reward: float, discount: float, next_obs: np.ndarray
+) -> tuple[int, int, int]:
     episode, t = int(obs[0]), int(obs[1])
     next_episode, next_t = int(next_obs[0]), int(next_obs[1])
     k = next_t - t
@@ -133,10 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     env = ToyEnv()
     spec = specs.make_environment_spec(env)
     table = reverb.Table(
-        name=adders.DEFAULT_PRIORITY_TABLE, sampler=reverb.selectors.Uniform(),
-        remover=reverb.selectors.Fifo(), max_size=100_000,
+        name=adders.DEFAULT_PRIORITY_TABLE,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=100_000,
         rate_limiter=reverb.rate_limiters.MinSize(1),
-        signature=adders.NStepTransitionAdder.signature(spec))
+        signature=adders.NStepTransitionAdder.signature(spec),
+    )
     server = reverb.Server([table], port=None)
     address = f"localhost:{server.port}"
     try:
@@ -158,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         size = client.server_info()[adders.DEFAULT_PRIORITY_TABLE].current_size
         assert size == len(expected), f"table holds {size} items, expected {len(expected)}"
 
-        dataset = make_reverb_dataset(address, batch_size=args.batch_size, num_parallel_calls=2,
-                                      prefetch_size=2)
+        dataset = make_reverb_dataset(
+            address, batch_size=args.batch_size, num_parallel_calls=2, prefetch_size=2
+        )
         seen: set[tuple[int, int, int]] = set()
         iterator = NumpyIterator(dataset)
         for _ in range(args.batches):
@@ -169,15 +174,24 @@ def main(argv: list[str] | None = None) -> int:
             assert sample.info.key.shape == (args.batch_size,)
             assert np.all(sample.info.times_sampled >= 1)
             for i in range(args.batch_size):
-                seen.add(check(data.observation[i], int(data.action[i]), float(data.reward[i]),
-                               float(data.discount[i]), data.next_observation[i]))
+                seen.add(
+                    check(
+                        data.observation[i],
+                        int(data.action[i]),
+                        float(data.reward[i]),
+                        float(data.discount[i]),
+                        data.next_observation[i],
+                    )
+                )
         assert seen <= expected
         coverage = len(seen) / len(expected)
         assert coverage > 0.9, f"only {len(seen)} of {len(expected)} transitions were sampled"
-        print(f"acme_e2e: {args.episodes} episodes -> {len(expected)} transitions "
-              f"(NStepTransitionAdder n_step={N_STEP}) -> {args.batches} batches of "
-              f"{args.batch_size} checked via make_reverb_dataset ({len(seen)} distinct, "
-              f"{coverage:.0%}) in {time.monotonic() - start:.1f}s")
+        print(
+            f"acme_e2e: {args.episodes} episodes -> {len(expected)} transitions "
+            f"(NStepTransitionAdder n_step={N_STEP}) -> {args.batches} batches of "
+            f"{args.batch_size} checked via make_reverb_dataset ({len(seen)} distinct, "
+            f"{coverage:.0%}) in {time.monotonic() - start:.1f}s"
+        )
         del iterator, dataset
         client.close()
     finally:

@@ -30,8 +30,11 @@ def fill(client, table: str, n: int, seed: int = 0, *, max_items: int | None = N
         for i in range(n):
             w.append({"obs": rng.standard_normal(4).astype(np.float32), "step": np.int64(i)})
             if i >= 2:
-                w.create_item(table, float(1 + (i * 7) % 5), {
-                    "obs": w.history["obs"][-3:], "step": w.history["step"][-3:]})
+                w.create_item(
+                    table,
+                    float(1 + (i * 7) % 5),
+                    {"obs": w.history["obs"][-3:], "step": w.history["step"][-3:]},
+                )
         w.flush()
 
 
@@ -42,7 +45,7 @@ def state(table) -> list[tuple]:
         it = table.get(k)
         cols = []
         for col in items_lib.columns(it["trajectory"]):
-            cols.append(np.concatenate([c.data[o:o + n] for c, o, n in col]).tolist())
+            cols.append(np.concatenate([c.data[o : o + n] for c, o, n in col]).tolist())
         out.append((k, it["priority"], it["times_sampled"], it["squeeze"], cols))
     return out
 
@@ -50,8 +53,15 @@ def state(table) -> list[tuple]:
 def counters(table) -> tuple:
     i = table.info
     r = i.rate_limiter_info
-    return (i.current_size, i.num_episodes, i.num_deleted_episodes, i.num_unique_samples,
-            r.insert_stats.completed, r.sample_stats.completed, r.delete_count)
+    return (
+        i.current_size,
+        i.num_episodes,
+        i.num_deleted_episodes,
+        i.num_unique_samples,
+        r.insert_stats.completed,
+        r.sample_stats.completed,
+        r.delete_count,
+    )
 
 
 def ckpt(path, **kw) -> checkpointers.DefaultCheckpointer:

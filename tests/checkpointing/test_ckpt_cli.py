@@ -67,8 +67,12 @@ tables:
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([sys.executable, "-m", "ostinato.server_cli", *args, "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ostinato.server_cli", *args, "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = p.stdout.readline()
     if "listening on port" not in line:
         p.kill()
@@ -80,8 +84,15 @@ def test_readme_config_serves_a_client_and_checkpoints_on_sigterm(tmp_path):
     cfg = tmp_path / "reverb.config"
     cfg.write_text(README_CONFIG)
     ck = tmp_path / "ckpt"
-    args = ["--config", str(cfg), "--port", "0", "--checkpoint-dir", str(ck),
-            "--checkpoint-on-exit"]
+    args = [
+        "--config",
+        str(cfg),
+        "--port",
+        "0",
+        "--checkpoint-dir",
+        str(ck),
+        "--checkpoint-on-exit",
+    ]
     p, port = _start(args)
     try:
         client = reverb.Client(f"localhost:{port}")
@@ -112,21 +123,36 @@ def test_toml_config(tmp_path):
     assert tables[0].name == "replay" and tables[0].sampler.options().prioritized
 
 
-@pytest.mark.parametrize("text,field", [
-    ("tables: { table_name: 'a' max_size: 10 sampler { fifo: true } remover { fifo: true } }",
-     "rate_limiter"),
-    ("tables: { table_name: 'a' max_size: 10 sampler { fifo: false } remover { fifo: true } "
-     "rate_limiter { samples_per_insert: 1 min_size_to_sample: 1 } }", "sampler.fifo"),
-    ("tables: { table_name: 'a' max_sise: 10 }", "max_sise"),
-    ("tables: { table_name: 'a' max_size: 0 sampler { fifo: true } remover { fifo: true } "
-     "rate_limiter { samples_per_insert: 1 min_size_to_sample: 1 } }", "max_size"),
-    ("port: 1", "tables"),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        (
+            "tables: { table_name: 'a' max_size: 10 sampler { fifo: true } remover { fifo: true } }",
+            "rate_limiter",
+        ),
+        (
+            "tables: { table_name: 'a' max_size: 10 sampler { fifo: false } remover { fifo: true } "
+            "rate_limiter { samples_per_insert: 1 min_size_to_sample: 1 } }",
+            "sampler.fifo",
+        ),
+        ("tables: { table_name: 'a' max_sise: 10 }", "max_sise"),
+        (
+            "tables: { table_name: 'a' max_size: 0 sampler { fifo: true } remover { fifo: true } "
+            "rate_limiter { samples_per_insert: 1 min_size_to_sample: 1 } }",
+            "max_size",
+        ),
+        ("port: 1", "tables"),
+    ],
+)
 def test_bad_config_names_the_field(tmp_path, text, field):
     cfg = tmp_path / "bad.config"
     cfg.write_text(text)
-    p = subprocess.run([sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert field in p.stderr and "bad config" in p.stderr, p.stderr
 
@@ -134,11 +160,25 @@ def test_bad_config_names_the_field(tmp_path, text, field):
 def test_periodic_flag(tmp_path):
     cfg = tmp_path / "reverb.config"
     cfg.write_text(README_CONFIG)
-    p, _ = _start(["--config", str(cfg), "--port", "0", "--checkpoint-dir", str(tmp_path / "c"),
-                   "--checkpoint-every", "0.2"])
+    p, _ = _start(
+        [
+            "--config",
+            str(cfg),
+            "--port",
+            "0",
+            "--checkpoint-dir",
+            str(tmp_path / "c"),
+            "--checkpoint-every",
+            "0.2",
+        ]
+    )
     try:
-        wait_until(lambda: os.path.isdir(tmp_path / "c") and os.listdir(tmp_path / "c"), 20,
-                   "a periodic checkpoint", interval=0.1)
+        wait_until(
+            lambda: os.path.isdir(tmp_path / "c") and os.listdir(tmp_path / "c"),
+            20,
+            "a periodic checkpoint",
+            interval=0.1,
+        )
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(60) == 0
@@ -167,8 +207,10 @@ def test_yaml_and_toml_configs_are_the_same_config(tmp_path):
     assert cli.load_config(str(tmp_path / "a.yaml")) == cli.load_config(str(tmp_path / "a.toml"))
 
 
-@pytest.mark.parametrize("name,text", [("server.yaml", YAML_CONFIG), ("server.yml", YAML_CONFIG),
-                                       ("server.toml", TOML_CONFIG)])
+@pytest.mark.parametrize(
+    "name,text",
+    [("server.yaml", YAML_CONFIG), ("server.yml", YAML_CONFIG), ("server.toml", TOML_CONFIG)],
+)
 def test_yaml_or_toml_config_serves_a_client(tmp_path, name, text):
     cfg = tmp_path / name
     cfg.write_text(text)
@@ -203,35 +245,42 @@ def test_toml_on_python_3_10_without_tomli_says_what_to_install(tmp_path, monkey
 def test_bad_yaml_config_exits_2_naming_the_field(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(YAML_CONFIG.replace("max_size: 1000", "max_size: 1000\n    max_times_sample: 5"))
-    p = subprocess.run([sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "ostinato.server_cli", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2, p.stderr
     assert "bad config" in p.stderr and "max_times_sample" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("old,new,field", [
-    ("port: 0", "port: 0\ntabels: []", "tabels"),                        # misspelt top level
-    ("max_size: 1000", "max_size: 10.5", "max_size"),                    # not an integer
-    ("max_size: 1000", "max_size: true", "max_size"),
-    ("max_size: 1000", "max_size: 1000\n    max_times_sampled: x", "max_times_sampled"),
-    ("max_size: 1000", "", "max_size"),                                  # missing
-    ("remover: {fifo: true}", "remover: {heap: true}", "remover.heap"),  # not a message
-    ("remover: {fifo: true}", "remover: {heap: {min_heap: 1}}", "min_heap"),
-    ("remover: {fifo: true}", "remover: {fifo: false}", "remover.fifo"),
-    ("remover: {fifo: true}", "remover: {fifo: true, lifo: true}", "remover"),
-    ("priority_exponent: 0.6", "priority_exponent: x", "priority_exponent"),
-    ("priority_exponent: 0.6", "exponent: 0.6", "exponent"),
-    ("min_size_to_sample: 1", "min_size_to_sample: 1.5", "min_size_to_sample"),
-    ("samples_per_insert: 4.0", "samples_per_insert: -1", "rate_limiter"),
-    ("min_diff: -100.0", "min_dif: -100.0", "min_dif"),
-    ("port: 0", "port: 70000", "port"),
-    ("port: 0", "port: zero", "port"),
-    ("checkpoint_keep: 2", "checkpoint_keep: 0", "checkpoint_keep"),
-    ("checkpoint_keep: 2", "checkpoint_every_seconds: -5", "checkpoint_every_seconds"),
-    ("table_name: replay", "table_name: ''", "table_name"),
-    ("max_size: 1000", "max_size: [1000", "line"),                       # YAML syntax error
-])
+@pytest.mark.parametrize(
+    "old,new,field",
+    [
+        ("port: 0", "port: 0\ntabels: []", "tabels"),  # misspelt top level
+        ("max_size: 1000", "max_size: 10.5", "max_size"),  # not an integer
+        ("max_size: 1000", "max_size: true", "max_size"),
+        ("max_size: 1000", "max_size: 1000\n    max_times_sampled: x", "max_times_sampled"),
+        ("max_size: 1000", "", "max_size"),  # missing
+        ("remover: {fifo: true}", "remover: {heap: true}", "remover.heap"),  # not a message
+        ("remover: {fifo: true}", "remover: {heap: {min_heap: 1}}", "min_heap"),
+        ("remover: {fifo: true}", "remover: {fifo: false}", "remover.fifo"),
+        ("remover: {fifo: true}", "remover: {fifo: true, lifo: true}", "remover"),
+        ("priority_exponent: 0.6", "priority_exponent: x", "priority_exponent"),
+        ("priority_exponent: 0.6", "exponent: 0.6", "exponent"),
+        ("min_size_to_sample: 1", "min_size_to_sample: 1.5", "min_size_to_sample"),
+        ("samples_per_insert: 4.0", "samples_per_insert: -1", "rate_limiter"),
+        ("min_diff: -100.0", "min_dif: -100.0", "min_dif"),
+        ("port: 0", "port: 70000", "port"),
+        ("port: 0", "port: zero", "port"),
+        ("checkpoint_keep: 2", "checkpoint_keep: 0", "checkpoint_keep"),
+        ("checkpoint_keep: 2", "checkpoint_every_seconds: -5", "checkpoint_every_seconds"),
+        ("table_name: replay", "table_name: ''", "table_name"),
+        ("max_size: 1000", "max_size: [1000", "line"),  # YAML syntax error
+    ],
+)
 def test_bad_yaml_configs(tmp_path, capsys, old, new, field):
     cfg = tmp_path / "bad.yaml"
     assert old in YAML_CONFIG
@@ -241,8 +290,9 @@ def test_bad_yaml_configs(tmp_path, capsys, old, new, field):
     assert "bad config" in err and field in err, err
 
 
-@pytest.mark.parametrize("text,what", [("- a\n- b\n", "mapping"), ("just text\n", "mapping"),
-                                       ("port: 1\n", "tables")])
+@pytest.mark.parametrize(
+    "text,what", [("- a\n- b\n", "mapping"), ("just text\n", "mapping"), ("port: 1\n", "tables")]
+)
 def test_yaml_document_of_the_wrong_shape(tmp_path, capsys, text, what):
     cfg = tmp_path / "bad.yml"
     cfg.write_text(text)
@@ -279,9 +329,12 @@ def test_tls_flags(tmp_path, ca):
     chain, key = _cert_files(ca, tmp_path, "replay.ostinato.test")
     p, port = _start(["--config", str(cfg), "--tls-cert", chain, "--tls-key", key])
     try:
-        good = reverb.Client(f"localhost:{port}", in_process=False,
-                             root_certificates=ca.cert_pem.bytes(),
-                             tls_server_name="replay.ostinato.test")
+        good = reverb.Client(
+            f"localhost:{port}",
+            in_process=False,
+            root_certificates=ca.cert_pem.bytes(),
+            tls_server_name="replay.ostinato.test",
+        )
         _insert_and_sample(good, "replay", 2.0)
         address = f"localhost:{port}"
         plain = reverb.Client(address, in_process=False, unavailable_timeout=0.5)
@@ -301,15 +354,18 @@ def test_tls_flag_errors_exit_2(tmp_path, ca, capsys):
     with pytest.raises(SystemExit) as ei:  # argparse: usage error
         cli.main(["--config", str(cfg), "--tls-cert", chain])
     assert ei.value.code == 2 and "go together" in capsys.readouterr().err
-    assert cli.main(["--config", str(cfg), "--tls-cert", chain,
-                     "--tls-key", str(tmp_path / "missing.pem")]) == 2
+    assert (
+        cli.main(
+            ["--config", str(cfg), "--tls-cert", chain, "--tls-key", str(tmp_path / "missing.pem")]
+        )
+        == 2
+    )
     assert "--tls-key" in capsys.readouterr().err
     assert cli.main(["--config", str(cfg), "--tls-cert", str(cfg), "--tls-key", key]) == 2
     assert "not a PEM file" in capsys.readouterr().err
     other_key = tmp_path / "other.pem"
     ca.issue_cert("localhost").private_key_pem.write_to_path(str(other_key))
-    assert cli.main(["--config", str(cfg), "--tls-cert", chain,
-                     "--tls-key", str(other_key)]) == 2
+    assert cli.main(["--config", str(cfg), "--tls-cert", chain, "--tls-key", str(other_key)]) == 2
     assert "does the key match the certificate" in capsys.readouterr().err
 
 
@@ -322,8 +378,9 @@ def test_token_flag(tmp_path):
         _insert_and_sample(reverb.Client(address, in_process=False, token="s3cret"), "replay")
         for token in ("wrong", None):
             bad = reverb.Client(address, in_process=False, token=token, unavailable_timeout=30)
-            with pytest.raises(reverb.errors.FailedPreconditionError,
-                               match="rejected the credentials"):
+            with pytest.raises(
+                reverb.errors.FailedPreconditionError, match="rejected the credentials"
+            ):
                 bad.insert([np.zeros(3, np.float32)], {"replay": 1.0})
             with pytest.raises(reverb.errors.FailedPreconditionError, match=address):
                 bad.server_info()
@@ -339,8 +396,10 @@ def test_empty_token_is_a_usage_error(tmp_path, capsys):
     assert ei.value.code == 2 and "--token" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag,value", [("--checkpoint-keep", "0"), ("--checkpoint-every", "-1"),
-                                        ("--log-level", "chatty")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--checkpoint-keep", "0"), ("--checkpoint-every", "-1"), ("--log-level", "chatty")],
+)
 def test_bad_flag_values_exit_2(tmp_path, capsys, flag, value):
     cfg = tmp_path / "server.yaml"
     cfg.write_text(YAML_CONFIG)
@@ -361,8 +420,11 @@ def test_the_shipped_example_config_parses_and_is_shown_by_help(capsys):
     assert info["recent"].max_times_sampled == 8
     assert info["recent"].rate_limiter_info.min_diff == -1000
     assert server_config.server_settings(config) == {
-        "port": 8000, "checkpoint_dir": None, "checkpoint_every_seconds": 600.0,
-        "checkpoint_keep": 2}
+        "port": 8000,
+        "checkpoint_dir": None,
+        "checkpoint_every_seconds": 600.0,
+        "checkpoint_keep": 2,
+    }
     assert cli.EXAMPLE_CONFIG == path.read_text()
     with pytest.raises(SystemExit):
         cli.main(["--help"])

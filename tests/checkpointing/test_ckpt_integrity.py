@@ -18,8 +18,13 @@ from ostinato.core import items as items_lib
 
 
 def _table() -> reverb.Table:
-    return reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 @pytest.fixture()
@@ -29,8 +34,9 @@ def saved(tmp_path, make_server):
     return s.checkpoint()
 
 
-@pytest.mark.parametrize("victim", ["data-00000.bin", "items-0000.bin", "chunks.bin",
-                                    "manifest.json"])
+@pytest.mark.parametrize(
+    "victim", ["data-00000.bin", "items-0000.bin", "chunks.bin", "manifest.json"]
+)
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
 def test_damaged_file_gives_error_naming_it(tmp_path, saved, victim, damage):
     path = os.path.join(saved, victim)
@@ -60,8 +66,8 @@ def _check_consistent(table: reverb.Table) -> None:
     """Every item's rows are the steps it was created from; counters add up."""
     for k in table.keys().tolist():
         cols = items_lib.columns(table.get(k)["trajectory"])
-        steps = np.concatenate([c.data[o:o + n] for c, o, n in cols[1]])
-        obs = np.concatenate([c.data[o:o + n] for c, o, n in cols[0]])
+        steps = np.concatenate([c.data[o : o + n] for c, o, n in cols[1]])
+        obs = np.concatenate([c.data[o : o + n] for c, o, n in cols[0]])
         assert (np.diff(steps) == 1).all()
         np.testing.assert_array_equal(obs[:, 0], steps.astype(np.float32))
     info = table.info
@@ -70,8 +76,13 @@ def _check_consistent(table: reverb.Table) -> None:
 
 
 def test_checkpoints_taken_under_load_are_consistent(tmp_path, make_server):
-    table = reverb.Table("t", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 500,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        500,
+        reverb.rate_limiters.MinSize(1),
+    )
     s = make_server(table, checkpointer=ckpt(tmp_path / "root", keep=10))
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -83,8 +94,11 @@ def test_checkpoints_taken_under_load_are_consistent(tmp_path, make_server):
                 while not stop.is_set():
                     w.append({"obs": np.full(3, i, np.float32), "step": np.int64(i)})
                     if i >= 3:
-                        w.create_item("t", 1.0 + seed, {"obs": w.history["obs"][-4:],
-                                                        "step": w.history["step"][-4:]})
+                        w.create_item(
+                            "t",
+                            1.0 + seed,
+                            {"obs": w.history["obs"][-4:], "step": w.history["step"][-4:]},
+                        )
                     i += 1
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
@@ -113,8 +127,13 @@ def test_checkpoints_taken_under_load_are_consistent(tmp_path, make_server):
             t.join()
     assert not errors, errors
     for p in paths:
-        fresh = reverb.Table("t", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 500,
-                             reverb.rate_limiters.MinSize(1))
+        fresh = reverb.Table(
+            "t",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            500,
+            reverb.rate_limiters.MinSize(1),
+        )
         s2 = make_server(fresh, checkpointer=ckpt(tmp_path / "x", fallback_checkpoint_path=p))
         assert len(fresh) > 0
         _check_consistent(fresh)
@@ -125,8 +144,12 @@ def test_periodic_checkpoints(tmp_path, make_server):
     c = ckpt(tmp_path, keep=3, every_seconds=0.1)
     s = make_server(_table(), checkpointer=c)
     fill(s.localhost_client(), "t", 5)
-    wait_until(lambda: len(checkpointers.store_list(str(tmp_path))) >= 2, 5,
-               "two periodic checkpoints", interval=0.05)
+    wait_until(
+        lambda: len(checkpointers.store_list(str(tmp_path))) >= 2,
+        5,
+        "two periodic checkpoints",
+        interval=0.05,
+    )
     s.stop()
     assert 2 <= len(checkpointers.store_list(str(tmp_path))) <= 3
     assert c._thread is None

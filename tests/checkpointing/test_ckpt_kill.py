@@ -38,18 +38,29 @@ CHILD = textwrap.dedent("""
 
 
 def _table() -> reverb.Table:
-    return reverb.Table("t", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 1000,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        "t", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 1000, reverb.rate_limiters.MinSize(1)
+    )
 
 
-@pytest.mark.parametrize("phase,expected", [
-    ("snapshot", 48), ("data-file-0", 48), ("data-file-2", 48), ("data", 48), ("items", 48),
-    ("manifest", 48), ("renamed", 76)])
+@pytest.mark.parametrize(
+    "phase,expected",
+    [
+        ("snapshot", 48),
+        ("data-file-0", 48),
+        ("data-file-2", 48),
+        ("data", 48),
+        ("items", 48),
+        ("manifest", 48),
+        ("renamed", 76),
+    ],
+)
 def test_kill_during_save(tmp_path, phase, expected):
     root = str(tmp_path / "root")
     code = CHILD.format(helpers=os.path.dirname(__file__))
-    p = subprocess.run([sys.executable, "-c", code, root, phase], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", code, root, phase], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr
     s = reverb.Server([_table()], checkpointer=ckpt(root))
     try:

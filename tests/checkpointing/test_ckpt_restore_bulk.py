@@ -21,15 +21,18 @@ from ostinato.core.sum_tree import SumTree
 
 FAST = settings(max_examples=60, deadline=None)
 
-weights = st.one_of(st.just(0.0), st.floats(0.0, 1e300, allow_nan=False),
-                    st.integers(0, 4).map(float))
+weights = st.one_of(
+    st.just(0.0), st.floats(0.0, 1e300, allow_nan=False), st.integers(0, 4).map(float)
+)
 
 
 # -- sum tree --------------------------------------------------------------------------------------
 @FAST
-@given(cap=st.integers(1, 64),
-       before=st.lists(st.tuples(st.integers(0, 200), weights), max_size=30),
-       batch=st.lists(st.tuples(st.integers(0, 300), weights), max_size=200))
+@given(
+    cap=st.integers(1, 64),
+    before=st.lists(st.tuples(st.integers(0, 200), weights), max_size=30),
+    batch=st.lists(st.tuples(st.integers(0, 300), weights), max_size=200),
+)
 def test_bulk_sum_tree_build_equals_setting_leaves_one_by_one(cap, before, batch):
     one, bulk = SumTree(cap), SumTree(cap)
     for s, w in before:
@@ -37,8 +40,10 @@ def test_bulk_sum_tree_build_equals_setting_leaves_one_by_one(cap, before, batch
         bulk.set(s, w)
     for s, w in batch:
         one.set(s, w)
-    bulk.set_leaves_and_rebuild(np.array([s for s, _ in batch], dtype=np.int64),
-                                np.array([w for _, w in batch], dtype=np.float64))
+    bulk.set_leaves_and_rebuild(
+        np.array([s for s, _ in batch], dtype=np.int64),
+        np.array([w for _, w in batch], dtype=np.float64),
+    )
     assert bulk.capacity == one.capacity
     assert bulk._tree.tobytes() == one._tree.tobytes()  # bit for bit, every node
     assert bulk.total == one.total
@@ -57,11 +62,13 @@ def _drain(sel, rng_seed: int) -> list[int]:
 
 
 @FAST
-@given(kind=st.sampled_from(sorted(SELECTORS)),
-       old=st.lists(st.integers(0, 3).map(float), max_size=20),
-       drop=st.sets(st.integers(0, 19)),
-       new=st.lists(st.integers(0, 3).map(float), max_size=80),
-       perm_seed=st.integers(0, 2**32 - 1))
+@given(
+    kind=st.sampled_from(sorted(SELECTORS)),
+    old=st.lists(st.integers(0, 3).map(float), max_size=20),
+    drop=st.sets(st.integers(0, 19)),
+    new=st.lists(st.integers(0, 3).map(float), max_size=80),
+    perm_seed=st.integers(0, 2**32 - 1),
+)
 def test_selector_bulk_insert_equals_inserting_one_by_one(kind, old, drop, new, perm_seed):
     one, bulk = SELECTORS[kind](), SELECTORS[kind]()
     for sel in (one, bulk):  # some history first: inserts, then deletions
@@ -70,8 +77,8 @@ def test_selector_bulk_insert_equals_inserting_one_by_one(kind, old, drop, new, 
         for s in sorted(d for d in drop if d < len(old)):
             sel.delete(s)
     free = [s for s in range(len(old) + len(new)) if s >= len(old) or s in drop]
-    slots = np.random.default_rng(perm_seed).permutation(np.array(free, dtype=np.int64))[:len(new)]
-    prios = np.array(new[:len(slots)], dtype=np.float64)
+    slots = np.random.default_rng(perm_seed).permutation(np.array(free, dtype=np.int64))[: len(new)]
+    prios = np.array(new[: len(slots)], dtype=np.float64)
     for s, p in zip(slots.tolist(), prios.tolist()):
         one.insert(s, p)
     bulk.bulk_insert(slots, prios)
@@ -96,11 +103,15 @@ def _reference_decode(arrs, chunks):
     sq = arrs["squeeze"].tolist()
     trajs, squeezes, ci, si = [], [], 0, 0
     for n in arrs["ncols"].tolist():
-        squeezes.append(items_lib.intern_squeeze(tuple(sq[ci:ci + n])))
+        squeezes.append(items_lib.intern_squeeze(tuple(sq[ci : ci + n])))
         cols = []
-        for k in nslices[ci:ci + n]:
-            cols.append(tuple((chunks[c], o, ln) for c, o, ln in
-                              zip(sc[si:si + k], so[si:si + k], sl[si:si + k])))
+        for k in nslices[ci : ci + n]:
+            cols.append(
+                tuple(
+                    (chunks[c], o, ln)
+                    for c, o, ln in zip(sc[si : si + k], so[si : si + k], sl[si : si + k])
+                )
+            )
             si += k
         trajs.append(items_lib.pack(cols))
         ci += n
@@ -117,14 +128,28 @@ def snapshots(draw):
         cols = []
         for _ in range(ncols):
             nsl = draw(st.sampled_from([1, 1, 1, 2, 3]))
-            cols.append(tuple((chunks[draw(st.integers(0, 5))], draw(st.integers(0, 4)),
-                               draw(st.integers(1, 4))) for _ in range(nsl)))
+            cols.append(
+                tuple(
+                    (
+                        chunks[draw(st.integers(0, 5))],
+                        draw(st.integers(0, 4)),
+                        draw(st.integers(1, 4)),
+                    )
+                    for _ in range(nsl)
+                )
+            )
         trajs.append(items_lib.pack(cols))
-        squeezes.append(items_lib.intern_squeeze(
-            draw(st.lists(st.booleans(), min_size=ncols, max_size=ncols))))
-    return {"keys": np.arange(n, dtype=np.uint64), "priorities": np.ones(n),
-            "times_sampled": np.zeros(n, np.int32), "heap_order": None,
-            "trajectories": trajs, "squeeze": squeezes}
+        squeezes.append(
+            items_lib.intern_squeeze(draw(st.lists(st.booleans(), min_size=ncols, max_size=ncols)))
+        )
+    return {
+        "keys": np.arange(n, dtype=np.uint64),
+        "priorities": np.ones(n),
+        "times_sampled": np.zeros(n, np.int32),
+        "heap_order": None,
+        "trajectories": trajs,
+        "squeeze": squeezes,
+    }
 
 
 @FAST
@@ -147,17 +172,27 @@ def test_decode_items_gives_back_the_saved_items(snap, batch):
 
 
 def test_decode_items_refuses_items_without_columns():
-    arrs = {"ncols": np.zeros(1, np.uint32), "nslices": np.zeros(0, np.uint32),
-            "slice_chunk": np.zeros(0, np.uint32), "slice_offset": np.zeros(0, np.uint32),
-            "slice_length": np.zeros(0, np.uint32), "squeeze": np.zeros(0, np.uint8)}
+    arrs = {
+        "ncols": np.zeros(1, np.uint32),
+        "nslices": np.zeros(0, np.uint32),
+        "slice_chunk": np.zeros(0, np.uint32),
+        "slice_offset": np.zeros(0, np.uint32),
+        "slice_length": np.zeros(0, np.uint32),
+        "squeeze": np.zeros(0, np.uint8),
+    }
     with pytest.raises(store.CheckpointCorruptError, match="inconsistent"):
         encode.decode_items(arrs, [], "x")
 
 
 # -- Table.restore_items ---------------------------------------------------------------------------
 def _table(sampler="uniform", max_size=1000):
-    return reverb.Table("t", SELECTORS[sampler](), reverb.selectors.Fifo(), max_size,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        "t",
+        SELECTORS[sampler](),
+        reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized", "minheap"])
@@ -183,13 +218,21 @@ def test_restore_items_counts_chunk_references_itself_when_not_told(make_server)
     fill(s.localhost_client(), "t", 50)
     t1 = s.tables_by_name["t"]
     snap = t1.snapshot()
-    cnt = {k: snap[k] for k in ("inserts", "samples", "deletes", "num_deleted_episodes",
-                                "num_unique_samples")}
+    cnt = {
+        k: snap[k]
+        for k in ("inserts", "samples", "deletes", "num_deleted_episodes", "num_unique_samples")
+    }
     slices = [c for tr in snap["trajectories"] for c in items_lib.chunk_refs(tr)]
     chunks = list({id(c): c for c in slices}.values())
     per_chunk = [sum(1 for x in slices if x is c) for c in chunks]
-    args = (snap["keys"], snap["priorities"], snap["times_sampled"], snap["trajectories"],
-            snap["squeeze"], cnt)
+    args = (
+        snap["keys"],
+        snap["priorities"],
+        snap["times_sampled"],
+        snap["trajectories"],
+        snap["squeeze"],
+        cnt,
+    )
     for told in (None, (chunks[::-1], np.array(per_chunk[::-1]))):
         before = [c.refs for c in chunks]
         t2 = _table()
@@ -203,8 +246,10 @@ def test_restore_items_refuses_bad_input_and_leaves_the_table_empty(make_server)
     s = make_server(_table("minheap"))
     fill(s.localhost_client(), "t", 10)
     snap = s.tables_by_name["t"].snapshot()
-    cnt = {k: snap[k] for k in ("inserts", "samples", "deletes", "num_deleted_episodes",
-                                "num_unique_samples")}
+    cnt = {
+        k: snap[k]
+        for k in ("inserts", "samples", "deletes", "num_deleted_episodes", "num_unique_samples")
+    }
     args = (snap["priorities"], snap["times_sampled"], snap["trajectories"], snap["squeeze"], cnt)
     t = _table("minheap")
     keys = snap["keys"].copy()
@@ -279,13 +324,20 @@ def test_restore_reports_progress_to_the_end(tmp_path, make_server):
 def test_restore_progress_waits_for_the_delay(tmp_path, make_server, monkeypatch):
     _saved(tmp_path, make_server)
     quiet = []
-    make_server(_table(), checkpointer=ckpt(tmp_path, progress=lambda *a: quiet.append(a),
-                                            progress_after_seconds=3600))
+    make_server(
+        _table(),
+        checkpointer=ckpt(
+            tmp_path, progress=lambda *a: quiet.append(a), progress_after_seconds=3600
+        ),
+    )
     assert quiet == []
     # The default delay, with a clock on which the restore has been running for 10 s.
     ticks = itertools.count(0.0, 10.0)
-    monkeypatch.setattr(restore, "DelayedProgress",
-                        functools.partial(store.DelayedProgress, clock=lambda: next(ticks)))
+    monkeypatch.setattr(
+        restore,
+        "DelayedProgress",
+        functools.partial(store.DelayedProgress, clock=lambda: next(ticks)),
+    )
     slow = []
     c = ckpt(tmp_path, progress=lambda *a: slow.append(a))
     assert c.progress_after_seconds == store.PROGRESS_AFTER_S == 1.0

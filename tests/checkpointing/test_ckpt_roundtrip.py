@@ -13,8 +13,11 @@ from ostinato import checkpointers
 
 
 def _table(sampler: str, limiter: str, max_size: int = 50, name: str = "t") -> reverb.Table:
-    lim = (reverb.rate_limiters.SampleToInsertRatio(2.0, 3, 1000.0) if limiter == "ratio"
-           else LIMITERS[limiter]())
+    lim = (
+        reverb.rate_limiters.SampleToInsertRatio(2.0, 3, 1000.0)
+        if limiter == "ratio"
+        else LIMITERS[limiter]()
+    )
     return reverb.Table(name, SELECTORS[sampler](), reverb.selectors.Fifo(), max_size, lim)
 
 
@@ -22,7 +25,7 @@ def _expected_probs(table: reverb.Table, sampler: str) -> dict[int, float]:
     keys = table.keys().tolist()
     p = np.array([table.get(k)["priority"] for k in keys])
     if sampler == "prioritized":
-        w = p ** 0.8
+        w = p**0.8
         return dict(zip(keys, (w / w.sum()).tolist()))
     return {k: 1.0 / len(keys) for k in keys}
 
@@ -99,8 +102,8 @@ def test_network_written_chunks_round_trip(tmp_path, make_server):
     first = t2.get(t2.keys()[0])["trajectory"]
     from ostinato.core import items as items_lib
 
-    (c, o, n), = items_lib.columns(first)[0]
-    np.testing.assert_array_equal(c.data[o:o + n], np.stack(rows[0:3]))
+    ((c, o, n),) = items_lib.columns(first)[0]
+    np.testing.assert_array_equal(c.data[o : o + n], np.stack(rows[0:3]))
 
 
 def test_mismatched_tables_raise_naming_the_field(tmp_path, make_server):
@@ -119,8 +122,11 @@ def test_extra_server_table_starts_empty(tmp_path, make_server, caplog):
     s1 = make_server(_table("fifo", "minsize"), checkpointer=ckpt(tmp_path))
     fill(s1.localhost_client(), "t", 5)
     s1.checkpoint()
-    s2 = make_server(_table("fifo", "minsize"), _table("fifo", "minsize", name="new"),
-                     checkpointer=ckpt(tmp_path))
+    s2 = make_server(
+        _table("fifo", "minsize"),
+        _table("fifo", "minsize", name="new"),
+        checkpointer=ckpt(tmp_path),
+    )
     assert len(s2.tables_by_name["t"]) == 3 and len(s2.tables_by_name["new"]) == 0
     assert "new" in caplog.text
 
@@ -140,8 +146,9 @@ def test_fallback_checkpoint_path(tmp_path, make_server):
     s1 = make_server(_table("fifo", "minsize"), checkpointer=ckpt(tmp_path / "a"))
     fill(s1.localhost_client(), "t", 6)
     path = s1.checkpoint()
-    s2 = make_server(_table("fifo", "minsize"),
-                     checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path))
+    s2 = make_server(
+        _table("fifo", "minsize"), checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path)
+    )
     assert state(s2.tables_by_name["t"]) == state(s1.tables_by_name["t"])
 
 
@@ -170,11 +177,15 @@ def test_server_without_checkpointer_uses_a_temp_dir(make_server):
 @pytest.mark.parametrize("share", [1.0, 0.25])
 def test_paced_and_unpaced_saves_are_identical(make_server, tmp_path, share):
     """Pacing only inserts pauses: the checkpoint restores the same state."""
-    s1 = make_server(_table("uniform", "minsize", max_size=1000),
-                     checkpointer=ckpt(tmp_path / "a", save_cpu_share=share))
+    s1 = make_server(
+        _table("uniform", "minsize", max_size=1000),
+        checkpointer=ckpt(tmp_path / "a", save_cpu_share=share),
+    )
     fill(s1.localhost_client(), "t", 700)
     path = s1.checkpoint()
-    s2 = make_server(_table("uniform", "minsize", max_size=1000),
-                     checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path))
+    s2 = make_server(
+        _table("uniform", "minsize", max_size=1000),
+        checkpointer=ckpt(tmp_path / "b", fallback_checkpoint_path=path),
+    )
     assert len(s2.tables_by_name["t"]) == len(s1.tables_by_name["t"]) > 600
     assert state(s2.tables_by_name["t"]) == state(s1.tables_by_name["t"])

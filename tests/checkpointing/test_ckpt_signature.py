@@ -16,13 +16,21 @@ from ostinato.core.specs import TensorSpec
 
 SIG = {"obs": TensorSpec([None, 4], np.float32), "step": TensorSpec([3], np.int64, "step")}
 # Every container kind a signature may use, and names both set and unset.
-NESTED = {"a": (TensorSpec([2], np.int32, "x"), [TensorSpec([], np.bool_)]),
-          "b": {"c": TensorSpec([None, None, 3], np.float16), "d": TensorSpec([1], np.uint8, "")}}
+NESTED = {
+    "a": (TensorSpec([2], np.int32, "x"), [TensorSpec([], np.bool_)]),
+    "b": {"c": TensorSpec([None, None, 3], np.float16), "d": TensorSpec([1], np.uint8, "")},
+}
 
 
 def _table(name: str = "t", signature=None) -> reverb.Table:
-    return reverb.Table(name, reverb.selectors.Fifo(), reverb.selectors.Fifo(), 100,
-                        reverb.rate_limiters.MinSize(1), signature=signature)
+    return reverb.Table(
+        name,
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
 
 
 def _saved(tmp_path, make_server) -> tuple[reverb.Server, str]:
@@ -57,15 +65,17 @@ def test_table_without_signature_adopts_the_checkpoints(tmp_path, make_server, c
     with s2.localhost_client().trajectory_writer(1) as w:
         w.append({"obs": np.zeros(4, np.float64), "step": np.int64(0)})
         with pytest.raises(ValueError, match="inconsistent with the table signature"):
-            w.create_item("t", 1.0, {"obs": w.history["obs"][-1:],
-                                     "step": w.history["step"][-1:]})
+            w.create_item("t", 1.0, {"obs": w.history["obs"][-1:], "step": w.history["step"][-1:]})
 
 
-@pytest.mark.parametrize("server_sig", [
-    {"obs": TensorSpec([None, 4], np.float64), "step": SIG["step"]},          # dtype
-    {"obs": SIG["obs"], "step": TensorSpec([3], np.int64, "other")},          # name
-    {"obs": SIG["obs"]},                                                      # structure
-])
+@pytest.mark.parametrize(
+    "server_sig",
+    [
+        {"obs": TensorSpec([None, 4], np.float64), "step": SIG["step"]},  # dtype
+        {"obs": SIG["obs"], "step": TensorSpec([3], np.int64, "other")},  # name
+        {"obs": SIG["obs"]},  # structure
+    ],
+)
 def test_different_signatures_raise_naming_table_and_field(tmp_path, make_server, server_sig):
     _saved(tmp_path, make_server)
     with pytest.raises(checkpointers.CheckpointMismatchError) as ei:
@@ -112,8 +122,13 @@ def test_malformed_signature_in_manifest_is_reported_as_corrupt(tmp_path, make_s
         store.load(path, {"t": _table(), "n": _table("n")})
 
 
-@pytest.mark.parametrize("sig", [{("a", 1): TensorSpec([1], np.int32)},   # a key JSON cannot keep
-                                 {"s": TensorSpec([], np.dtype("M8[s]"))}])  # a dtype it cannot
+@pytest.mark.parametrize(
+    "sig",
+    [
+        {("a", 1): TensorSpec([1], np.int32)},  # a key JSON cannot keep
+        {"s": TensorSpec([], np.dtype("M8[s]"))},
+    ],
+)  # a dtype it cannot
 def test_signature_a_restore_could_not_read_fails_the_save(tmp_path, make_server, sig):
     s = make_server(_table(signature=sig), checkpointer=ckpt(tmp_path))
     with pytest.raises(checkpointers.CheckpointError, match="signature of table 't'"):
@@ -126,10 +141,13 @@ def test_on_disk_signature_encoding_is_pinned():
     change what old checkpoints mean."""
     from ostinato.checkpointing import encode
 
-    on_disk = {"dict": [["obs", {"spec": [[-1, 4], "<f4", None]}],
-                        ["step", {"tuple": [{"spec": [[3], "<i8", "step"]}]}]]}
-    sig = {"obs": TensorSpec([None, 4], np.float32),
-           "step": (TensorSpec([3], np.int64, "step"),)}
+    on_disk = {
+        "dict": [
+            ["obs", {"spec": [[-1, 4], "<f4", None]}],
+            ["step", {"tuple": [{"spec": [[3], "<i8", "step"]}]}],
+        ]
+    }
+    sig = {"obs": TensorSpec([None, 4], np.float32), "step": (TensorSpec([3], np.int64, "step"),)}
     assert encode.signature_from_json(on_disk, "m") == sig
     assert encode.signature_to_json(_table(signature=sig)) == on_disk
     assert encode.signature_from_json(None, "m") is None

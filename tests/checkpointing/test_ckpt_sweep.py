@@ -43,8 +43,12 @@ def _tmps(root: str) -> list[str]:
 
 def _killed_save(root: str) -> str:
     """A server process SIGKILLed in the middle of a save; returns its temporary directory."""
-    p = subprocess.run([sys.executable, "-c", CHILD.format(helpers=os.path.dirname(__file__)),
-                        root], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD.format(helpers=os.path.dirname(__file__)), root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr
     (tmp,) = _tmps(root)
     return tmp

@@ -71,8 +71,9 @@ class _Threads:
         assert not self.errors, f"thread errors: {self.errors!r}"
 
 
-def _run_writers_and_samplers(server, table_name, num_writers, per_writer, num_samplers,
-                              expected_times):
+def _run_writers_and_samplers(
+    server, table_name, num_writers, per_writer, num_samplers, expected_times
+):
     """Returns the Counter of sampled values once every value was sampled expected_times."""
     total = num_writers * per_writer * expected_times
     seen: collections.Counter = collections.Counter()
@@ -118,8 +119,11 @@ def _run_writers_and_samplers(server, table_name, num_writers, per_writer, num_s
         while not stop.is_set():
             try:
                 for sample in client.sample(table_name, 3, emit_timesteps=False, timeout=0.05):
-                    record([int(np.asarray(sample.data[0]).reshape(-1)[0])], [sample.info.key],
-                           [sample.info.times_sampled])
+                    record(
+                        [int(np.asarray(sample.data[0]).reshape(-1)[0])],
+                        [sample.info.key],
+                        [sample.info.times_sampled],
+                    )
             except errors.RateLimiterTimeout:
                 continue
 
@@ -148,15 +152,18 @@ def _run_writers_and_samplers(server, table_name, num_writers, per_writer, num_s
 def _expect_values(seen, num_values, times):
     assert set(seen) == set(range(num_values)), "a value was lost or invented"
     wrong = {v: c for v, c in seen.items() if c != times}
-    assert not wrong, f"values not sampled exactly {times} time(s): {dict(list(wrong.items())[:10])}"
+    assert not wrong, (
+        f"values not sampled exactly {times} time(s): {dict(list(wrong.items())[:10])}"
+    )
 
 
 def test_queue_every_item_sampled_exactly_once(frequent_thread_switches):
     table = reverb.Table.queue("q", 4)  # small: writers block on a full queue
     with _serve(table) as (server, _):
         num_writers, per_writer = 4, 500
-        seen, times = _run_writers_and_samplers(server, "q", num_writers, per_writer,
-                                                num_samplers=4, expected_times=1)
+        seen, times = _run_writers_and_samplers(
+            server, "q", num_writers, per_writer, num_samplers=4, expected_times=1
+        )
         n = num_writers * per_writer
         _expect_values(seen, n, 1)
         assert all(t == [1] for t in times.values())
@@ -171,20 +178,30 @@ def test_queue_every_item_sampled_exactly_once(frequent_thread_switches):
 def test_max_times_sampled_two_every_item_sampled_exactly_twice(frequent_thread_switches):
     # samples_per_insert 2 with min_diff 0: never more than 2 samples per inserted item on
     # average, and at most 20 outstanding samples, so at most 20 items are stored (no eviction).
-    table = reverb.Table("t2", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 20,
-                         reverb.rate_limiters.SampleToInsertRatio(2.0, 1, (0.0, 20.0)),
-                         max_times_sampled=2)
+    table = reverb.Table(
+        "t2",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        20,
+        reverb.rate_limiters.SampleToInsertRatio(2.0, 1, (0.0, 20.0)),
+        max_times_sampled=2,
+    )
     with _serve(table) as (server, _):
         num_writers, per_writer = 4, 400
-        seen, times = _run_writers_and_samplers(server, "t2", num_writers, per_writer,
-                                                num_samplers=3, expected_times=2)
+        seen, times = _run_writers_and_samplers(
+            server, "t2", num_writers, per_writer, num_samplers=3, expected_times=2
+        )
         n = num_writers * per_writer
         _expect_values(seen, n, 2)
         assert len(times) == n
         assert all(sorted(t) == [1, 2] for t in times.values())
         assert len(table) == 0
         rl = table.info.rate_limiter_info
-        assert (rl.insert_stats.completed, rl.sample_stats.completed, rl.delete_count) == (n, 2 * n, n)
+        assert (rl.insert_stats.completed, rl.sample_stats.completed, rl.delete_count) == (
+            n,
+            2 * n,
+            n,
+        )
         assert len(server.chunk_store) == 0, "chunks leaked"
 
 
@@ -206,6 +223,7 @@ def test_chunks_shared_by_items_are_freed_with_the_last_item():
 
 # -- negative priorities (Reverb bug §4.2.1: the table worker died) ---------------------------------
 
+
 def _chunk_item(key, priority):
     chunk = Chunk(key, np.zeros((1, 3), np.float32), episode_id=1)
     return (key, priority, (chunk, 0, 1), (False,))
@@ -213,8 +231,13 @@ def _chunk_item(key, priority):
 
 @pytest.mark.parametrize("bad", [-1.0, -1e-300, float("-inf"), float("nan")])
 def test_bad_priority_on_prioritized_table_is_rejected_and_table_keeps_working(bad):
-    table = reverb.Table("p", reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "p",
+        reverb.selectors.Prioritized(0.6),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     with _serve(table) as (server, client):
         client.insert(np.int64(1), {"p": 1.0})
         key = int(table.keys()[0])
@@ -244,8 +267,9 @@ def test_bad_priority_on_prioritized_table_is_rejected_and_table_keeps_working(b
 
         # And the table still works, from other threads too.
         threads = _Threads()
-        threads.start(lambda: [client.insert(np.int64(10 + i), {"p": 2.0}, timeout=5)
-                               for i in range(20)])
+        threads.start(
+            lambda: [client.insert(np.int64(10 + i), {"p": 2.0}, timeout=5) for i in range(20)]
+        )
         threads.start(lambda: [client.sample_batch("p", 4, timeout=5) for _ in range(20)])
         threads.join_all(30)
         assert len(table) == 21
@@ -255,8 +279,13 @@ def test_bad_priority_on_prioritized_table_is_rejected_and_table_keeps_working(b
 
 
 def test_overflowing_priority_is_rejected_cleanly():
-    table = reverb.Table("p", reverb.selectors.Prioritized(2.0), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "p",
+        reverb.selectors.Prioritized(2.0),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     with _serve(table) as (_, client):
         client.insert(np.int64(1), {"p": 1.0})
         try:
@@ -267,6 +296,7 @@ def test_overflowing_priority_is_rejected_cleanly():
 
 
 # -- close / stop wake blocked callers -----------------------------------------------------------------
+
 
 def _blocked_call_is_woken(call, wake, expected=errors.CancelledError):
     outcome: dict = {}
@@ -292,8 +322,13 @@ def _blocked_call_is_woken(call, wake, expected=errors.CancelledError):
 
 
 def test_table_close_wakes_blocked_sampler():
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+    )
     _blocked_call_is_woken(lambda: table.sample(1, timeout=30), table.close)
     with pytest.raises(errors.CancelledError):
         table.sample(1, timeout=0)
@@ -325,13 +360,15 @@ def test_server_stop_wakes_blocked_generator_sampler_and_writer():
         client.insert(np.int64(0), {"q2": 1.0}, timeout=1)
         client.insert(np.int64(1), {"q2": 1.0}, timeout=1)
         # The queue is full: a third insert blocks until stop.
-        _blocked_call_is_woken(lambda: client.insert(np.int64(2), {"q2": 1.0}, timeout=30),
-                               server.stop)
+        _blocked_call_is_woken(
+            lambda: client.insert(np.int64(2), {"q2": 1.0}, timeout=30), server.stop
+        )
     finally:
         server.stop()
 
 
 # -- sample(linger=): a rate-limited sampler waits briefly for a fuller batch --------------------
+
 
 def _queue(size=100):
     return reverb.Table.queue("q", size)
@@ -340,8 +377,9 @@ def _queue(size=100):
 def test_linger_collects_items_inserted_meanwhile():
     table = _queue()
     table.insert_many([_chunk_item(k, 1.0) for k in range(1, 4)])
-    t = threading.Timer(0.02, lambda: table.insert_many([_chunk_item(k, 1.0)
-                                                         for k in range(4, 11)]))
+    t = threading.Timer(
+        0.02, lambda: table.insert_many([_chunk_item(k, 1.0) for k in range(4, 11)])
+    )
     t.start()
     batch = table.sample(10, timeout=5, linger=2.0)
     t.join()
@@ -372,8 +410,11 @@ def test_linger_is_woken_by_a_writer_that_blocks():
     table = _queue(4)
     table.insert_many([_chunk_item(1, 1.0)])
     writer = threading.Thread(
-        target=lambda: table.insert_many([_chunk_item(k, 1.0) for k in range(2, 7)],
-                                         Deadline.after(30)), daemon=True)
+        target=lambda: table.insert_many(
+            [_chunk_item(k, 1.0) for k in range(2, 7)], Deadline.after(30)
+        ),
+        daemon=True,
+    )
     threading.Timer(0.05, writer.start).start()
     t0 = time.monotonic()
     got = [int(k) for k in table.sample(10, timeout=30, linger=20.0).keys]
@@ -435,8 +476,7 @@ def test_insert_waiting_for_the_limiter_stores_nothing_once_cancelled():
     t = threading.Thread(target=insert)
     t.start()
     deadline = time.monotonic() + 10
-    while table.wait_stats().blocked_inserters < 1 \
-            and time.monotonic() < deadline:
+    while table.wait_stats().blocked_inserters < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     gone.set()
     table.sample(1, timeout=1)  # makes room: the waiter wakes, sees the flag, stores nothing

@@ -21,13 +21,25 @@ from ostinato.core.items import SampleBatch
 
 
 def _table(name: str = "t", max_size: int = 100_000, remover=None) -> reverb.Table:
-    return reverb.Table(name, reverb.selectors.Uniform(), remover or reverb.selectors.Fifo(),
-                        max_size, reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        name,
+        reverb.selectors.Uniform(),
+        remover or reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 def _unlocated(batch: SampleBatch) -> SampleBatch:
-    return SampleBatch(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
-                       batch.times_sampled, batch.trajectories, batch.squeeze)
+    return SampleBatch(
+        batch.keys,
+        batch.probabilities,
+        batch.table_sizes,
+        batch.priorities,
+        batch.times_sampled,
+        batch.trajectories,
+        batch.squeeze,
+    )
 
 
 def _same(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray]:
@@ -47,8 +59,7 @@ def test_items_of_a_writer_are_located_and_gathered_with_take():
             for i in range(2000):
                 w.append({"obs": np.full(4, i, np.float32), "a": np.int32(i)})
                 if i >= 2:
-                    w.create_item("t", 1.0, {"obs": w.history["obs"][-3:],
-                                             "a": w.history["a"][-1]})
+                    w.create_item("t", 1.0, {"obs": w.history["obs"][-3:], "a": w.history["a"][-1]})
         batch = client.transport.sample("t", 256, Deadline.never())
         assert batch.located is not None
         for unsqueeze in (False, True):
@@ -87,8 +98,9 @@ def test_unlocated_items_fall_back_to_the_chunks():
             w.create_item("t", 1.0, {"x": w.history["x"][-1:]})
         batch = client.transport.sample("t", 64, Deadline.never())
         assert batch.located is None  # not every item is located
-        np.testing.assert_array_equal(assemble.gather(batch)[0][:, 0],
-                                      np.tile(np.arange(3, dtype=np.float32), (64, 1)))
+        np.testing.assert_array_equal(
+            assemble.gather(batch)[0][:, 0], np.tile(np.arange(3, dtype=np.float32), (64, 1))
+        )
 
 
 def test_strings_and_large_rows_are_not_carved_out_of_blocks():
@@ -96,7 +108,9 @@ def test_strings_and_large_rows_are_not_carved_out_of_blocks():
         with client.trajectory_writer(1) as w:
             w.append({"s": b"abc", "img": np.zeros((64, 64, 2), np.uint8)})
             w.create_item("t", 1.0, {"s": w.history["s"][-1], "img": w.history["img"][-1]})
-        traj = server.tables_by_name["t"].get(int(server.tables_by_name["t"].keys()[0]))["trajectory"]
+        traj = server.tables_by_name["t"].get(int(server.tables_by_name["t"].keys()[0]))[
+            "trajectory"
+        ]
         assert all(c.origin is None for c in traj[0::3])
         assert client.transport.sample("t", 4, Deadline.never()).located is None
 
@@ -108,8 +122,11 @@ def test_blocks_are_released_with_their_items_and_codes_forgotten():
                 w.append({"x": np.float32(i)})
                 w.create_item("t", 1.0, {"x": w.history["x"][-1]})
         table = server.tables_by_name["t"]
-        (code,) = {c.origin[0] for k in table.keys().tolist()
-                   for c in table.get(int(k))["trajectory"][0::3]}
+        (code,) = {
+            c.origin[0]
+            for k in table.keys().tolist()
+            for c in table.get(int(k))["trajectory"][0::3]
+        }
         assert locations.registered_block(code) is not None
         client.reset("t")
         del w
@@ -134,12 +151,16 @@ def test_restored_items_are_not_located_but_sample_the_same(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(keep=st.integers(1, 4), chunk=st.one_of(st.none(), st.integers(1, 5)),
-       episode=st.integers(1, 9), n=st.integers(1, 60), seed=st.integers(0, 2**16))
+@given(
+    keep=st.integers(1, 4),
+    chunk=st.one_of(st.none(), st.integers(1, 5)),
+    episode=st.integers(1, 9),
+    n=st.integers(1, 60),
+    seed=st.integers(0, 2**16),
+)
 def test_gather_matches_reading_the_chunks(keep, chunk, episode, n, seed):
     rng = np.random.default_rng(seed)
-    with testing.in_process_server(_table(remover=reverb.selectors.Uniform())) as (
-            server, client):
+    with testing.in_process_server(_table(remover=reverb.selectors.Uniform())) as (server, client):
         with client.trajectory_writer(keep, max_chunk_length=chunk) as w:
             for i in range(n):
                 w.append({"f": rng.standard_normal(2).astype(np.float32), "i": np.int16(i)})
@@ -161,7 +182,7 @@ def test_adders_for_any_number_of_columns(ncols):
 
     block = np.arange(100, dtype=np.float32)
     code = locations.register_block(block)
-    chunks = [Chunk(i, block[10 * i:10 * i + 10], origin=(code, 10 * i)) for i in range(ncols)]
+    chunks = [Chunk(i, block[10 * i : 10 * i + 10], origin=(code, 10 * i)) for i in range(ncols)]
     traj = tuple(x for i, c in enumerate(chunks) for x in (c, i, 1))
     loc = locations.Locations(4)
     loc.add(2, traj)

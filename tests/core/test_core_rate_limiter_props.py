@@ -117,8 +117,13 @@ def _configs(draw):
     if min_diff == -MAX:
         max_diff = draw(st.one_of(st.just(MAX), _QUARTERS))
     else:
-        max_diff = draw(st.one_of(st.just(MAX), st.integers(0, 12).map(lambda x: min_diff + x / 2),
-                                  st.integers(0, 64).map(lambda x: min_diff + x / 4)))
+        max_diff = draw(
+            st.one_of(
+                st.just(MAX),
+                st.integers(0, 12).map(lambda x: min_diff + x / 2),
+                st.integers(0, 64).map(lambda x: min_diff + x / 4),
+            )
+        )
     max_size = draw(st.integers(1, 8))
     # With min_size_to_sample > 1, deletes by max_times_sampled inside one batch are a known
     # bug (see test_batch_sampling_rechecks_min_size below); keep the property to what holds.
@@ -144,13 +149,24 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=500, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=500,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(config=_configs(), ops=_OPS)
 def test_table_admits_exactly_what_reverb_formulas_allow(config, ops):
     spi, min_size, min_diff, max_diff, max_size, mts = config
-    table = Table("t", Uniform(), Fifo(), max_size,
-                  RateLimiter(spi, min_size, min_diff, max_diff), max_times_sampled=mts)
+    table = Table(
+        "t",
+        Uniform(),
+        Fifo(),
+        max_size,
+        RateLimiter(spi, min_size, min_diff, max_diff),
+        max_times_sampled=mts,
+    )
     _seed(table, 7)
     model = _Model(spi, min_size, min_diff, max_diff, max_size, mts)
     next_key = 1
@@ -214,6 +230,7 @@ def test_table_admits_exactly_what_reverb_formulas_allow(config, ops):
 
 # -- worked examples from the reference -----------------------------------------------------------------
 
+
 def test_worked_example_sample_to_insert_ratio():
     lim = SampleToInsertRatio(2.0, 2, 3.0)
     assert (lim.min_diff, lim.max_diff) == (1.0, 7.0)
@@ -252,11 +269,15 @@ def test_queue_limiter_behaves_as_bounded_queue():
 
 # -- validation: errors, never a crash (Reverb aborted the process in several of these) ---------------
 
-@pytest.mark.parametrize("spi, error_buffer, want_error", [
-    (5, 4, True),
-    (0.5, 0.9, True),
-    (0.5, 1.1, False),
-])
+
+@pytest.mark.parametrize(
+    "spi, error_buffer, want_error",
+    [
+        (5, 4, True),
+        (0.5, 0.9, True),
+        (0.5, 1.1, False),
+    ],
+)
 def test_validates_single_number_error_buffer(spi, error_buffer, want_error):
     if want_error:
         with pytest.raises(ValueError):
@@ -265,14 +286,17 @@ def test_validates_single_number_error_buffer(spi, error_buffer, want_error):
         SampleToInsertRatio(spi, 10, error_buffer)
 
 
-@pytest.mark.parametrize("min_size, spi, error_buffer, want_error", [
-    (10, 5, (8, 12), True),          # range 4 < 2 * 5
-    (10, 0.1, (9.5, 10.5), True),    # range 1 < 2
-    (10, 1, (5, 9), False),          # only a warning: max_diff below spi * min_size
-    (10, 1, (11, 15), True),         # min_diff above spi * min_size: deadlock
-    (0, 1, (-100, 100), True),       # min_size_to_sample < 1
-    (10, 1, (7, 12), False),
-])
+@pytest.mark.parametrize(
+    "min_size, spi, error_buffer, want_error",
+    [
+        (10, 5, (8, 12), True),  # range 4 < 2 * 5
+        (10, 0.1, (9.5, 10.5), True),  # range 1 < 2
+        (10, 1, (5, 9), False),  # only a warning: max_diff below spi * min_size
+        (10, 1, (11, 15), True),  # min_diff above spi * min_size: deadlock
+        (0, 1, (-100, 100), True),  # min_size_to_sample < 1
+        (10, 1, (7, 12), False),
+    ],
+)
 def test_validates_explicit_range_error_buffer(min_size, spi, error_buffer, want_error):
     if want_error:
         with pytest.raises(ValueError):
@@ -313,15 +337,18 @@ def test_scalar_error_buffer_is_centred_on_offset():
     assert (lim.min_diff, lim.max_diff) == (-1.0, 3.0)
 
 
-@pytest.mark.parametrize("args", [
-    (0.0, 1, -1.0, 1.0),     # samples_per_insert <= 0
-    (-2.0, 1, -1.0, 1.0),
-    (1.0, 0, -1.0, 1.0),     # min_size_to_sample < 1
-    (1.0, -3, -1.0, 1.0),
-    (float("nan"), 1, -1.0, 1.0),
-    (1.0, 1, float("nan"), 1.0),
-    (1.0, 1, 2.0, 1.0),      # min_diff > max_diff
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0.0, 1, -1.0, 1.0),  # samples_per_insert <= 0
+        (-2.0, 1, -1.0, 1.0),
+        (1.0, 0, -1.0, 1.0),  # min_size_to_sample < 1
+        (1.0, -3, -1.0, 1.0),
+        (float("nan"), 1, -1.0, 1.0),
+        (1.0, 1, float("nan"), 1.0),
+        (1.0, 1, 2.0, 1.0),  # min_diff > max_diff
+    ],
+)
 def test_base_rate_limiter_rejects_bad_values_with_value_error(args):
     with pytest.raises(ValueError):
         RateLimiter(*args)
@@ -351,6 +378,7 @@ def test_one_rate_limiter_cannot_serve_two_tables():
 
 
 # -- bugs found (strict xfail: these start passing when the bug is fixed) --------------------------------
+
 
 def test_failed_table_construction_does_not_consume_the_rate_limiter():
     lim = MinSize(1)

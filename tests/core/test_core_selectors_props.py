@@ -35,11 +35,18 @@ PRIORITIZED_PRIORITY = st.one_of(
 )
 
 # Fixed generation (derandomize) and no example database: runs are reproducible.
-STATEFUL = settings(max_examples=60, stateful_step_count=40, deadline=None, derandomize=True,
-                    database=None, suppress_health_check=[HealthCheck.too_slow])
+STATEFUL = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 # -- reference model -----------------------------------------------------------------------------------
+
 
 class _Model:
     """slot -> (priority, insertion sequence number, last insert-or-update number)."""
@@ -68,7 +75,7 @@ class _Model:
 
 
 def _weight(p: float, e: float) -> float:
-    return 0.0 if p == 0 else p ** e
+    return 0.0 if p == 0 else p**e
 
 
 def _check_answer(kind: str, exponent: float | None, model: _Model, slot: int, prob: float) -> None:
@@ -105,6 +112,7 @@ def _check_answer(kind: str, exponent: float | None, model: _Model, slot: int, p
 
 # -- the state machine -----------------------------------------------------------------------------------
 
+
 def _machine(kind: str, factory, priorities, exponent: float | None = None):
     class SelectorMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -134,7 +142,9 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
                     s = self._free(s + 1)
                 chosen.append(s)
             prios = [ps.draw(priorities) for _ in chosen]
-            self.sel.insert_many(np.array(chosen, dtype=np.int64), np.array(prios, dtype=np.float64))
+            self.sel.insert_many(
+                np.array(chosen, dtype=np.int64), np.array(prios, dtype=np.float64)
+            )
             for s, p in zip(chosen, prios):
                 self.model.insert(s, p)
 
@@ -194,23 +204,36 @@ TestFifoModel = _machine("fifo", Fifo, ANY_PRIORITY).TestCase
 TestLifoModel = _machine("lifo", Lifo, ANY_PRIORITY).TestCase
 TestMinHeapModel = _machine("min_heap", MinHeap, ANY_PRIORITY).TestCase
 TestMaxHeapModel = _machine("max_heap", MaxHeap, ANY_PRIORITY).TestCase
-TestPrioritized0Model = _machine("prioritized", lambda: Prioritized(0.0), PRIORITIZED_PRIORITY,
-                                 0.0).TestCase
-TestPrioritized06Model = _machine("prioritized", lambda: Prioritized(0.6), PRIORITIZED_PRIORITY,
-                                  0.6).TestCase
-TestPrioritized1Model = _machine("prioritized", lambda: Prioritized(1.0), PRIORITIZED_PRIORITY,
-                                 1.0).TestCase
-TestPrioritized2Model = _machine("prioritized", lambda: Prioritized(2.0), PRIORITIZED_PRIORITY,
-                                 2.0).TestCase
+TestPrioritized0Model = _machine(
+    "prioritized", lambda: Prioritized(0.0), PRIORITIZED_PRIORITY, 0.0
+).TestCase
+TestPrioritized06Model = _machine(
+    "prioritized", lambda: Prioritized(0.6), PRIORITIZED_PRIORITY, 0.6
+).TestCase
+TestPrioritized1Model = _machine(
+    "prioritized", lambda: Prioritized(1.0), PRIORITIZED_PRIORITY, 1.0
+).TestCase
+TestPrioritized2Model = _machine(
+    "prioritized", lambda: Prioritized(2.0), PRIORITIZED_PRIORITY, 2.0
+).TestCase
 
-for _case in (TestUniformModel, TestFifoModel, TestLifoModel, TestMinHeapModel, TestMaxHeapModel,
-              TestPrioritized0Model, TestPrioritized06Model, TestPrioritized1Model,
-              TestPrioritized2Model):
+for _case in (
+    TestUniformModel,
+    TestFifoModel,
+    TestLifoModel,
+    TestMinHeapModel,
+    TestMaxHeapModel,
+    TestPrioritized0Model,
+    TestPrioritized06Model,
+    TestPrioritized1Model,
+    TestPrioritized2Model,
+):
     _case.settings = STATEFUL
 del _case
 
 
 # -- example-based edge cases ----------------------------------------------------------------------------
+
 
 def test_heap_factories_and_tie_breaking():
     assert isinstance(MinHeap(), HeapSelector) and isinstance(MaxHeap(), HeapSelector)
@@ -272,6 +295,7 @@ def test_prioritized_zero_priority_not_sampled_with_largest_weights():
 
 # -- the sum tree ----------------------------------------------------------------------------------------
 
+
 def _expected_find(weights: np.ndarray, target: float) -> int:
     """Smallest slot i with cumsum[i] > target (exact with integer-valued weights)."""
     cum = np.cumsum(weights)
@@ -280,11 +304,14 @@ def _expected_find(weights: np.ndarray, target: float) -> int:
 
 _TREE_OP = st.one_of(
     st.tuples(st.just("set"), st.integers(0, 300), st.integers(0, 9)),
-    st.tuples(st.just("set_many"),
-              st.lists(st.tuples(st.integers(0, 300), st.integers(0, 9)), min_size=1, max_size=8)),
+    st.tuples(
+        st.just("set_many"),
+        st.lists(st.tuples(st.integers(0, 300), st.integers(0, 9)), min_size=1, max_size=8),
+    ),
     st.tuples(st.just("find"), st.floats(0, 1, exclude_max=True), st.booleans()),
-    st.tuples(st.just("find_many"), st.lists(st.floats(0, 1, exclude_max=True), min_size=1,
-                                             max_size=8)),
+    st.tuples(
+        st.just("find_many"), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=8)
+    ),
     st.tuples(st.just("clear")),
 )
 
@@ -336,8 +363,9 @@ def test_sum_tree_matches_prefix_sum_model(capacity, ops):
             total = float(model.sum())
             if total == 0:
                 continue
-            targets = np.array([math.floor(u * total) + (0.5 if i % 2 else 0.0)
-                                for i, u in enumerate(op[1])])
+            targets = np.array(
+                [math.floor(u * total) + (0.5 if i % 2 else 0.0) for i, u in enumerate(op[1])]
+            )
             targets = targets[targets < total]
             if len(targets) == 0:
                 continue
@@ -353,8 +381,10 @@ def test_sum_tree_matches_prefix_sum_model(capacity, ops):
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
-@given(weights=st.lists(st.floats(0, 1e6), min_size=1, max_size=200),
-       us=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20))
+@given(
+    weights=st.lists(st.floats(0, 1e6), min_size=1, max_size=200),
+    us=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20),
+)
 def test_sum_tree_real_weights_find_lands_in_interval(weights, us):
     """With arbitrary float weights the answer is the right interval up to rounding."""
     w = np.array(weights)
@@ -387,7 +417,13 @@ def test_sum_tree_grows_and_keeps_values():
     tree.set_many(np.array([5000, 1]), np.array([8.0, 0.0]))
     assert tree.capacity >= 5001
     assert tree.total == 13.0
-    assert tree.find_many(np.array([0.0, 1.0, 4.9, 5.0, 12.9])).tolist() == [0, 1000, 1000, 5000, 5000]
+    assert tree.find_many(np.array([0.0, 1.0, 4.9, 5.0, 12.9])).tolist() == [
+        0,
+        1000,
+        1000,
+        5000,
+        5000,
+    ]
 
 
 def test_sum_tree_set_many_has_no_cancellation_error():

@@ -56,7 +56,9 @@ def _assert_matches(counts: dict, expected: dict, n: int) -> None:
         c = counts.get(k, 0)
         chi2 += (c - n * p) ** 2 / (n * p)
         sd = math.sqrt(p * (1 - p) / n)
-        assert abs(c / n - p) <= Z * sd + 1e-12, f"item {k}: frequency {c / n:.4f}, expected {p:.4f}"
+        assert abs(c / n - p) <= Z * sd + 1e-12, (
+            f"item {k}: frequency {c / n:.4f}, expected {p:.4f}"
+        )
     if df > 0:
         assert chi2 <= _chi2_critical(df), f"chi-square {chi2:.1f} over {df} degrees of freedom"
 
@@ -76,12 +78,13 @@ def _sample_counts(client, table: str, total: int, batch: int = 10_000):
 
 
 def _weights(priorities, exponent):
-    w = [0.0 if p == 0 else p ** exponent for p in priorities]
+    w = [0.0 if p == 0 else p**exponent for p in priorities]
     total = sum(w)
     return [x / total for x in w]
 
 
 # -- selectors alone, fully deterministic -------------------------------------------------------
+
 
 @pytest.mark.parametrize("exponent", [0.0, 0.6, 1.0, 2.0])
 def test_prioritized_selector_distribution(exponent):
@@ -117,10 +120,16 @@ def test_uniform_selector_distribution_ignores_priorities():
 
 # -- through a server ------------------------------------------------------------------------------------
 
+
 def test_uniform_table_is_uniform():
     n_items = 20
-    table = reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "u",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+    )
     _seed(table, 1)
     with _serve(table) as (_, client):
         for i in range(n_items):
@@ -136,8 +145,13 @@ def test_uniform_table_is_uniform():
 @pytest.mark.parametrize("exponent", [0.6, 1.0])
 def test_prioritized_table_follows_priorities_and_updates(exponent):
     prios = [1.0, 2.0, 4.0, 8.0, 0.0, 0.5]
-    table = reverb.Table("p", reverb.selectors.Prioritized(exponent), reverb.selectors.Fifo(),
-                         1000, reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "p",
+        reverb.selectors.Prioritized(exponent),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+    )
     _seed(table, 2)
     with _serve(table) as (_, client):
         for i, p in enumerate(prios):
@@ -151,8 +165,12 @@ def test_prioritized_table_follows_priorities_and_updates(exponent):
         reported_prio = np.concatenate([info.priority for info in infos])
         reported_prob = np.concatenate([info.probability for info in infos])
         index = np.array([prios.index(p) for p in reported_prio.tolist()])
-        assert np.allclose(reported_prob, np.array([expected[i] for i in range(len(prios))])[index],
-                           rtol=1e-9, atol=0)
+        assert np.allclose(
+            reported_prob,
+            np.array([expected[i] for i in range(len(prios))])[index],
+            rtol=1e-9,
+            atol=0,
+        )
         key_of = dict(zip(index.tolist(), keys.tolist()))
         assert len(key_of) == 5
         assert len(set(zip(index.tolist(), keys.tolist()))) == 5  # one key per item
@@ -169,16 +187,25 @@ def test_prioritized_table_follows_priorities_and_updates(exponent):
         index_of_key = {k: i for i, k in key_of.items()}
         keys = np.concatenate([info.key for info in infos])
         index = np.array([index_of_key[k] for k in keys.tolist()])
-        assert np.array_equal(np.concatenate([info.priority for info in infos]),
-                              np.array(now)[index])
-        assert np.allclose(np.concatenate([info.probability for info in infos]),
-                           np.array([expected[i] for i in range(len(prios))])[index],
-                           rtol=1e-9, atol=0)
+        assert np.array_equal(
+            np.concatenate([info.priority for info in infos]), np.array(now)[index]
+        )
+        assert np.allclose(
+            np.concatenate([info.probability for info in infos]),
+            np.array([expected[i] for i in range(len(prios))])[index],
+            rtol=1e-9,
+            atol=0,
+        )
 
 
 def test_prioritized_table_all_zero_priorities_is_uniform():
-    table = reverb.Table("z", reverb.selectors.Prioritized(0.8), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "z",
+        reverb.selectors.Prioritized(0.8),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     _seed(table, 3)
     with _serve(table) as (_, client):
         for i in range(4):
@@ -190,8 +217,13 @@ def test_prioritized_table_all_zero_priorities_is_uniform():
 
 
 def test_prioritized_exponent_zero_ignores_magnitude_but_not_zero():
-    table = reverb.Table("e0", reverb.selectors.Prioritized(0.0), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "e0",
+        reverb.selectors.Prioritized(0.0),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     _seed(table, 4)
     with _serve(table) as (_, client):
         for i, p in enumerate([1e-6, 1.0, 1e6, 0.0]):
@@ -203,10 +235,16 @@ def test_prioritized_exponent_zero_ignores_magnitude_but_not_zero():
 
 # -- Reverb's client_test cases ---------------------------------------------------------------------------
 
+
 def _client_test_table():
-    return reverb.Table("table", reverb.selectors.Prioritized(1), reverb.selectors.Fifo(), 1000,
-                        reverb.rate_limiters.MinSize(3),
-                        signature=reverb.TensorSpec((), np.int64))
+    return reverb.Table(
+        "table",
+        reverb.selectors.Prioritized(1),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(3),
+        signature=reverb.TensorSpec((), np.int64),
+    )
 
 
 def test_client_insert_frequencies():
@@ -260,8 +298,13 @@ def test_client_sample_sets_probability_and_table_size():
 
 
 def test_distribution_recovers_after_transient_huge_priority():
-    table = reverb.Table("p", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "p",
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     _seed(table, 7)
     with _serve(table) as (_, client):
         for i, p in enumerate([1.0, 1.0, 10.0]):

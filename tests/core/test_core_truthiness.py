@@ -30,8 +30,13 @@ LIMITERS = [
 def test_selectors_are_truthy_empty_and_full(make, make_server):
     sel = make()
     assert bool(sel) is True
-    table = reverb.Table("t", sampler=sel, remover=reverb.selectors.Fifo(), max_size=10,
-                         rate_limiter=reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        sampler=sel,
+        remover=reverb.selectors.Fifo(),
+        max_size=10,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+    )
     assert bool(table) is True  # an empty table is truthy too
     server = make_server(table)
     client = server.localhost_client()
@@ -47,9 +52,13 @@ def test_rate_limiters_are_truthy(make):
 
 def _table(sampler=None, remover=None):
     """A wrapper in the style users write around Reverb."""
-    return reverb.Table("t", sampler=sampler or reverb.selectors.Fifo(),
-                        remover=remover or reverb.selectors.Fifo(), max_size=100,
-                        rate_limiter=reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        "t",
+        sampler=sampler or reverb.selectors.Fifo(),
+        remover=remover or reverb.selectors.Fifo(),
+        max_size=100,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+    )
 
 
 def test_default_idiom_keeps_a_prioritized_sampler(make_server):

@@ -21,8 +21,13 @@ from ostinato.core.table_info import (
 
 
 def _table(name: str = "t") -> reverb.Table:
-    return reverb.Table(name, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(), 10,
-                        reverb.rate_limiters.SampleToInsertRatio(1.0, 2, (0.0, 10.0)))
+    return reverb.Table(
+        name,
+        reverb.selectors.Prioritized(0.6),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.SampleToInsertRatio(1.0, 2, (0.0, 10.0)),
+    )
 
 
 def test_fields_of_the_parts_can_be_assigned_and_compare_by_value():
@@ -52,11 +57,16 @@ def test_acme_rebuilds_a_table_from_its_info():
     rebuilt = reverb.Table(
         name=info.name,
         sampler=reverb.selectors.Prioritized(info.sampler_options.prioritized.priority_exponent),
-        remover=reverb.selectors.Fifo(), max_size=info.max_size,
+        remover=reverb.selectors.Fifo(),
+        max_size=info.max_size,
         rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
-            samples_per_insert=rl.samples_per_insert, min_size_to_sample=rl.min_size_to_sample,
-            error_buffer=(rl.min_diff, rl.max_diff)),
-        max_times_sampled=info.max_times_sampled, signature=info.signature)
+            samples_per_insert=rl.samples_per_insert,
+            min_size_to_sample=rl.min_size_to_sample,
+            error_buffer=(rl.min_diff, rl.max_diff),
+        ),
+        max_times_sampled=info.max_times_sampled,
+        signature=info.signature,
+    )
     new_info = rebuilt.info
     new_info.table_worker_time.sleeping_ms = info.table_worker_time.sleeping_ms
     assert new_info == info
@@ -77,13 +87,41 @@ def test_values_are_converted_like_protobuf_does():
     assert h.min_heap is True
 
 
-@pytest.mark.parametrize("message, field, value, match", [
-    (TableWorkerTime(), "sleeping_ms", 1.5, r"TableWorkerTime\.sleeping_ms must be an integer, got 1\.5 \(float\)"),
-    (TableWorkerTime(), "sleeping_ms", "5", r"TableWorkerTime\.sleeping_ms must be an integer, got '5' \(str\)"),
-    (RateLimiterInfo(), "samples_per_insert", "x", r"RateLimiterInfo\.samples_per_insert must be a number, got 'x'"),
-    (RateLimiterInfo(), "insert_stats", 3, r"RateLimiterInfo\.insert_stats must be a RateLimiterCallStats, got 3 \(int\)"),
-    (KeyDistributionOptions(), "heap", PrioritizedOptions(1.0), r"KeyDistributionOptions\.heap must be a HeapOptions or None"),
-])
+@pytest.mark.parametrize(
+    "message, field, value, match",
+    [
+        (
+            TableWorkerTime(),
+            "sleeping_ms",
+            1.5,
+            r"TableWorkerTime\.sleeping_ms must be an integer, got 1\.5 \(float\)",
+        ),
+        (
+            TableWorkerTime(),
+            "sleeping_ms",
+            "5",
+            r"TableWorkerTime\.sleeping_ms must be an integer, got '5' \(str\)",
+        ),
+        (
+            RateLimiterInfo(),
+            "samples_per_insert",
+            "x",
+            r"RateLimiterInfo\.samples_per_insert must be a number, got 'x'",
+        ),
+        (
+            RateLimiterInfo(),
+            "insert_stats",
+            3,
+            r"RateLimiterInfo\.insert_stats must be a RateLimiterCallStats, got 3 \(int\)",
+        ),
+        (
+            KeyDistributionOptions(),
+            "heap",
+            PrioritizedOptions(1.0),
+            r"KeyDistributionOptions\.heap must be a HeapOptions or None",
+        ),
+    ],
+)
 def test_a_value_of_the_wrong_type_raises_naming_field_and_value(message, field, value, match):
     before = copy.deepcopy(message)
     with pytest.raises(TypeError, match=match):
@@ -92,7 +130,9 @@ def test_a_value_of_the_wrong_type_raises_naming_field_and_value(message, field,
 
 
 def test_an_unknown_field_raises_attribute_error_naming_it():
-    with pytest.raises(AttributeError, match=r"TableWorkerTime has no field 'sleeping' \(fields: running_ms"):
+    with pytest.raises(
+        AttributeError, match=r"TableWorkerTime has no field 'sleeping' \(fields: running_ms"
+    ):
         TableWorkerTime().sleeping = 1
 
 
@@ -115,7 +155,10 @@ def test_copy_from_copies_in_place():
     copied = RateLimiterInfo()
     copied.CopyFrom(stats)
     assert copied == stats and copied.insert_stats is not stats.insert_stats
-    with pytest.raises(TypeError, match=r"TableWorkerTime\.CopyFrom\(\) needs a TableWorkerTime, got RateLimiterInfo"):
+    with pytest.raises(
+        TypeError,
+        match=r"TableWorkerTime\.CopyFrom\(\) needs a TableWorkerTime, got RateLimiterInfo",
+    ):
         target.CopyFrom(stats)
 
 

@@ -30,16 +30,20 @@ TABLES = [
 """
 
 
-def write_trajectories(client: reverb.Client, table: str, n: int, length: int = 3,
-                       offset: int = 0) -> None:
+def write_trajectories(
+    client: reverb.Client, table: str, n: int, length: int = 3, offset: int = 0
+) -> None:
     """Writes ``n`` items of ``length`` steps: obs[t] = step id, act[t] = step id."""
     with client.trajectory_writer(num_keep_alive_refs=length) as w:
         for i in range(n + length - 1):
             s = offset + i
             w.append({"obs": np.full(4, s, np.float32), "act": np.int32(s)})
             if i >= length - 1:
-                w.create_item(table, 1.0, {"obs": w.history["obs"][-length:],
-                                           "act": w.history["act"][-length:]})
+                w.create_item(
+                    table,
+                    1.0,
+                    {"obs": w.history["obs"][-length:], "act": w.history["act"][-length:]},
+                )
         w.flush()
 
 

@@ -31,10 +31,14 @@ TOLERANCE = 0.1
 
 def uniform_table(name: str = "fresh") -> reverb.Table:
     """The DQN tutorial's table: uniform, FIFO removal, ``MinSize(1)``, a 2-step signature."""
-    return reverb.Table(name, sampler=reverb.selectors.Uniform(),
-                        remover=reverb.selectors.Fifo(), max_size=100_000,
-                        rate_limiter=reverb.rate_limiters.MinSize(1),
-                        signature={"step": reverb.TensorSpec([2], np.int64)})
+    return reverb.Table(
+        name,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=100_000,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature={"step": reverb.TensorSpec([2], np.int64)},
+    )
 
 
 class ItemWriter:

@@ -17,8 +17,7 @@ def test_returns_device_arrays_shaped_like_the_signature(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 30)
     device = jax.devices()[0]
-    with datasets.JaxIterator(client, "uniform", batch_size=8, max_samples=24,
-                              device=device) as it:
+    with datasets.JaxIterator(client, "uniform", batch_size=8, max_samples=24, device=device) as it:
         batches = list(it)
     assert len(batches) == 3
     b = batches[0]
@@ -52,8 +51,7 @@ def test_prefetch_zero_transfers_on_demand(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(10))
     with datasets.JaxIterator(client, "queue", batch_size=5, prefetch=0, max_samples=10) as it:
-        assert [np.asarray(b.data["x"]).tolist() for b in it] == [[0, 1, 2, 3, 4],
-                                                                  [5, 6, 7, 8, 9]]
+        assert [np.asarray(b.data["x"]).tolist() for b in it] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 
 
 def test_timeout_ends_the_stream_with_the_partial_batch(serve):
@@ -79,8 +77,9 @@ def test_info_on_device_with_x64(serve):
     before = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
     try:
-        with datasets.JaxIterator(client, "queue", batch_size=4, max_samples=4,
-                                  info_on_device=True) as it:
+        with datasets.JaxIterator(
+            client, "queue", batch_size=4, max_samples=4, info_on_device=True
+        ) as it:
             b = next(it)
         assert isinstance(b.info.key, jax.Array) and b.info.key.dtype == np.uint64
         assert b.info.probability.dtype == np.float64

@@ -27,37 +27,45 @@ from ostinato.datasets.stream import SampleStream
 
 
 # -- options ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, quoted", [
-    ({"max_in_flight_samples_per_worker": 0}, "max_in_flight_samples_per_worker (0)"),
-    ({"max_in_flight_samples_per_worker": -1}, "max_in_flight_samples_per_worker (-1)"),
-    ({"num_workers_per_iterator": 0}, "num_workers_per_iterator (0)"),
-    ({"num_workers_per_iterator": -2}, "num_workers_per_iterator (-2)"),
-    ({"max_samples_per_stream": 0}, "max_samples_per_stream (0)"),
-    ({"max_samples": 0}, "max_samples (0)"),
-    ({"rate_limiter_timeout_ms": -2}, "must be an integer >= -1"),
-    ({"max_samples": 1.5}, "max_samples (1.5)"),
-    ({"num_workers_per_iterator": True}, "num_workers_per_iterator (True)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, quoted",
+    [
+        ({"max_in_flight_samples_per_worker": 0}, "max_in_flight_samples_per_worker (0)"),
+        ({"max_in_flight_samples_per_worker": -1}, "max_in_flight_samples_per_worker (-1)"),
+        ({"num_workers_per_iterator": 0}, "num_workers_per_iterator (0)"),
+        ({"num_workers_per_iterator": -2}, "num_workers_per_iterator (-2)"),
+        ({"max_samples_per_stream": 0}, "max_samples_per_stream (0)"),
+        ({"max_samples": 0}, "max_samples (0)"),
+        ({"rate_limiter_timeout_ms": -2}, "must be an integer >= -1"),
+        ({"max_samples": 1.5}, "max_samples (1.5)"),
+        ({"num_workers_per_iterator": True}, "num_workers_per_iterator (True)"),
+    ],
+)
 def test_options_reject_bad_values_and_quote_them(kwargs, quoted):
     with pytest.raises(ValueError, match=quoted.replace("(", r"\(").replace(")", r"\)")):
         StreamOptions(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, {"num_workers_per_iterator": 1}, {"num_workers_per_iterator": -1},
-    {"max_samples_per_stream": 1}, {"max_samples_per_stream": -1},
-    {"max_in_flight_samples_per_worker": 1}, {"rate_limiter_timeout_ms": 0},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"num_workers_per_iterator": 1},
+        {"num_workers_per_iterator": -1},
+        {"max_samples_per_stream": 1},
+        {"max_samples_per_stream": -1},
+        {"max_in_flight_samples_per_worker": 1},
+        {"rate_limiter_timeout_ms": 0},
+    ],
+)
 def test_options_accept_reverb_values(kwargs):
     StreamOptions(**kwargs)
 
 
 def test_worker_count_follows_reverb_rule():
-    o = StreamOptions(max_in_flight_samples_per_worker=5, num_workers_per_iterator=3,
-                       max_samples=4)
+    o = StreamOptions(max_in_flight_samples_per_worker=5, num_workers_per_iterator=3, max_samples=4)
     assert o.num_workers(ordered=False, remote=False) == 1
-    o = StreamOptions(max_in_flight_samples_per_worker=1, num_workers_per_iterator=3,
-                       max_samples=4)
+    o = StreamOptions(max_in_flight_samples_per_worker=1, num_workers_per_iterator=3, max_samples=4)
     assert o.num_workers(ordered=False, remote=True) == 3
     assert o.num_workers(ordered=True, remote=True) == 1
 
@@ -122,8 +130,7 @@ def test_variable_length_items(serve):
 def test_emit_timesteps(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 20)
-    with datasets.numpy(client, "uniform", batch_size=6, max_samples=4,
-                        emit_timesteps=True) as it:
+    with datasets.numpy(client, "uniform", batch_size=6, max_samples=4, emit_timesteps=True) as it:
         batches = list(it)
     assert [len(b.info.key) for b in batches] == [6, 6]  # 4 items x 3 steps
     b = batches[0]
@@ -136,16 +143,23 @@ def test_emit_timesteps(serve):
 def test_timesteps_of_variable_length_items(serve):
     client = serve(TABLES_CODE)
     write_varlen(client, "varlen", [2, 3])
-    rows = list(datasets.numpy(client, "varlen", batch_size=None, max_samples=10,
-                               emit_timesteps=True))
+    rows = list(
+        datasets.numpy(client, "varlen", batch_size=None, max_samples=10, emit_timesteps=True)
+    )
     assert 20 <= len(rows) <= 30
     assert all(r.data[0].shape == (2,) for r in rows)
 
 
 def test_timesteps_need_equal_column_lengths(make_server):
-    server = make_server(reverb.Table(name="t", sampler=reverb.selectors.Uniform(),
-                                      remover=reverb.selectors.Fifo(), max_size=10,
-                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            name="t",
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            max_size=10,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = server.localhost_client()
     with client.trajectory_writer(num_keep_alive_refs=2) as w:
         w.append({"a": 1.0, "b": 2.0})
@@ -156,18 +170,25 @@ def test_timesteps_need_equal_column_lengths(make_server):
 
 
 def test_embedded_and_networked_give_the_same_data(make_server):
-    server = make_server(reverb.Table.queue("q", 100, signature={
-        "x": reverb.TensorSpec([], np.int64)}))
+    server = make_server(
+        reverb.Table.queue("q", 100, signature={"x": reverb.TensorSpec([], np.int64)})
+    )
     address = f"localhost:{server.port}"
     write_queue(reverb.Client(address), "q", range(40))
     embedded = list(datasets.numpy(address, "q", batch_size=8, max_samples=20))
-    networked = list(datasets.numpy(reverb.Client(address, in_process=False), "q",
-                                    batch_size=8, max_samples=20))
-    assert [b.data["x"].tolist() for b in embedded] == [list(range(0, 8)), list(range(8, 16)),
-                                                         list(range(16, 20))]
-    assert [b.data["x"].tolist() for b in networked] == [list(range(20, 28)),
-                                                          list(range(28, 36)),
-                                                          list(range(36, 40))]
+    networked = list(
+        datasets.numpy(reverb.Client(address, in_process=False), "q", batch_size=8, max_samples=20)
+    )
+    assert [b.data["x"].tolist() for b in embedded] == [
+        list(range(0, 8)),
+        list(range(8, 16)),
+        list(range(16, 20)),
+    ]
+    assert [b.data["x"].tolist() for b in networked] == [
+        list(range(20, 28)),
+        list(range(28, 36)),
+        list(range(36, 40)),
+    ]
     for e, n in zip(embedded, networked):
         assert e.data["x"].dtype == n.data["x"].dtype
         assert [a.dtype for a in e.info] == [a.dtype for a in n.info]
@@ -178,9 +199,14 @@ def test_embedded_and_networked_give_the_same_data(make_server):
 def test_max_samples_takes_no_item_beyond_it(serve, workers, in_flight):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(10))
-    it = datasets.numpy(client, "queue", batch_size=None, max_samples=4,
-                        num_workers_per_iterator=workers,
-                        max_in_flight_samples_per_worker=in_flight)
+    it = datasets.numpy(
+        client,
+        "queue",
+        batch_size=None,
+        max_samples=4,
+        num_workers_per_iterator=workers,
+        max_in_flight_samples_per_worker=in_flight,
+    )
     got = [int(s.data["x"]) for s in it]
     assert got == [0, 1, 2, 3]
     time.sleep(0.2)
@@ -192,8 +218,14 @@ def test_max_samples_takes_no_item_beyond_it(serve, workers, in_flight):
 def test_queue_order_is_kept_with_many_workers_requested(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(100))
-    it = datasets.numpy(client, "queue", batch_size=7, max_samples=100,
-                        num_workers_per_iterator=4, max_in_flight_samples_per_worker=3)
+    it = datasets.numpy(
+        client,
+        "queue",
+        batch_size=7,
+        max_samples=100,
+        num_workers_per_iterator=4,
+        max_in_flight_samples_per_worker=3,
+    )
     assert it.sampler.num_workers == 1
     got = np.concatenate([b.data["x"] for b in it])
     np.testing.assert_array_equal(got, np.arange(100))
@@ -211,8 +243,13 @@ def test_fetches_whole_requests(serve, in_flight):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 20)
     before = samples_completed(client, "uniform")
-    it = datasets.numpy(client, "uniform", batch_size=None,
-                        max_in_flight_samples_per_worker=in_flight, num_workers_per_iterator=1)
+    it = datasets.numpy(
+        client,
+        "uniform",
+        batch_size=None,
+        max_in_flight_samples_per_worker=in_flight,
+        num_workers_per_iterator=1,
+    )
     for _ in range(10):
         next(it)
         assert (samples_completed(client, "uniform") - before) % in_flight == 0
@@ -223,8 +260,13 @@ def test_prefetch_is_bounded(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 20)
     before = samples_completed(client, "uniform")
-    it = datasets.numpy(client, "uniform", batch_size=4, max_in_flight_samples_per_worker=4,
-                        num_workers_per_iterator=2)
+    it = datasets.numpy(
+        client,
+        "uniform",
+        batch_size=4,
+        max_in_flight_samples_per_worker=4,
+        num_workers_per_iterator=2,
+    )
     next(it)
     time.sleep(0.5)  # give the workers every chance to run ahead
     fetched = samples_completed(client, "uniform") - before
@@ -241,11 +283,17 @@ def test_pieces_are_cut_to_max_piece_items_in_order(make_server, timesteps):
         for i in range(10):
             for t in range(1 + i % 3):  # items of 1, 2 and 3 steps
                 w.append({"x": np.int64(10 * i + t)})
-            w.create_item("q", 1.0, {"x": w.history["x"][-(1 + i % 3):]})
+            w.create_item("q", 1.0, {"x": w.history["x"][-(1 + i % 3) :]})
             w.end_episode()
     want = [[10 * i + t for t in range(1 + i % 3)] for i in range(10)]
-    with SampleStream(client, "q", max_in_flight_samples_per_worker=10, max_samples=10,
-                      emit_timesteps=timesteps, max_piece_items=4) as s:
+    with SampleStream(
+        client,
+        "q",
+        max_in_flight_samples_per_worker=10,
+        max_samples=10,
+        emit_timesteps=timesteps,
+        max_piece_items=4,
+    ) as s:
         pieces = [s.next_piece() for _ in range(3)]
         assert s.next_piece() is None
     assert [p.num_samples for p in pieces] == [4, 4, 2]
@@ -269,8 +317,9 @@ def test_max_piece_items_is_validated(make_server, bad):
 def test_set_in_flight_bounds_and_validates(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 20)
-    with SampleStream(client, "uniform", max_in_flight_samples_per_worker=2,
-                      num_workers_per_iterator=1) as s:
+    with SampleStream(
+        client, "uniform", max_in_flight_samples_per_worker=2, num_workers_per_iterator=1
+    ) as s:
         for n, request in [(0, None), (4, 0), (4, 5)]:
             with pytest.raises(ValueError):
                 s.set_in_flight(n, request_size=request)
@@ -307,21 +356,29 @@ def test_timeout_ends_stream_after_the_timeout(serve, timeout_ms):
 def test_timeout_zero_still_returns_available_items(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(5))
-    got = [int(s.data["x"]) for s in datasets.numpy(client, "queue", batch_size=None,
-                                                   rate_limiter_timeout_ms=0)]
+    got = [
+        int(s.data["x"])
+        for s in datasets.numpy(client, "queue", batch_size=None, rate_limiter_timeout_ms=0)
+    ]
     assert got == [0, 1, 2, 3, 4]
 
 
 def test_timeout_delivers_the_partial_last_batch(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(25))
-    it = datasets.numpy(client, "queue", batch_size=10, rate_limiter_timeout_ms=300,
-                        max_in_flight_samples_per_worker=4)
+    it = datasets.numpy(
+        client,
+        "queue",
+        batch_size=10,
+        rate_limiter_timeout_ms=300,
+        max_in_flight_samples_per_worker=4,
+    )
     sizes = [len(b.data["x"]) for b in it]
     assert sizes == [10, 10, 5] and it.timed_out
     assert table_size(client, "queue") == 0
-    it = datasets.numpy(client, "queue", batch_size=10, rate_limiter_timeout_ms=0,
-                        drop_remainder=True)
+    it = datasets.numpy(
+        client, "queue", batch_size=10, rate_limiter_timeout_ms=0, drop_remainder=True
+    )
     assert list(it) == []
 
 
@@ -334,8 +391,12 @@ def test_stream_waits_for_late_inserts(serve):
 
     th = threading.Thread(target=late)
     th.start()
-    got = [int(s.data["x"]) for s in datasets.numpy(client, "queue", batch_size=None,
-                                                   max_samples=3, rate_limiter_timeout_ms=5000)]
+    got = [
+        int(s.data["x"])
+        for s in datasets.numpy(
+            client, "queue", batch_size=None, max_samples=3, rate_limiter_timeout_ms=5000
+        )
+    ]
     th.join()
     assert got == [0, 1, 2]
 
@@ -343,8 +404,11 @@ def test_stream_waits_for_late_inserts(serve):
 def test_close_stops_a_sampler_blocked_on_an_empty_table(serve):
     client = serve(TABLES_CODE)
     s = SampleStream(client, "empty")
-    wait_until(lambda: client.metrics()["tables"]["empty"]["blocked_samplers"] >= 1, 10,
-               "the stream's sampler to block")
+    wait_until(
+        lambda: client.metrics()["tables"]["empty"]["blocked_samplers"] >= 1,
+        10,
+        "the stream's sampler to block",
+    )
     t0 = time.monotonic()
     s.close()
     assert time.monotonic() - t0 < 3
@@ -367,9 +431,15 @@ def test_error_after_delivered_items_is_raised(make_server):
 
 # -- gather -----------------------------------------------------------------------------------
 def test_gather_matches_stack_batch_for_items_spanning_chunks(make_server):
-    server = make_server(reverb.Table(name="t", sampler=reverb.selectors.Uniform(),
-                                      remover=reverb.selectors.Fifo(), max_size=10_000,
-                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            name="t",
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            max_size=10_000,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = server.localhost_client()
     obs = np.arange(3000 * 8, dtype=np.float32).reshape(3000, 8)
     with client.trajectory_writer(num_keep_alive_refs=5) as w:
@@ -389,18 +459,30 @@ def test_gather_matches_stack_batch_for_items_spanning_chunks(make_server):
 
 
 def test_heap_table_order_is_kept(make_server):
-    server = make_server(reverb.Table(name="h", sampler=reverb.selectors.MaxHeap(),
-                                      remover=reverb.selectors.Fifo(), max_size=100,
-                                      max_times_sampled=1,
-                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            name="h",
+            sampler=reverb.selectors.MaxHeap(),
+            remover=reverb.selectors.Fifo(),
+            max_size=100,
+            max_times_sampled=1,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = reverb.Client(f"localhost:{server.port}", in_process=False)
     values = np.random.default_rng(3).permutation(30)
     with client.trajectory_writer(num_keep_alive_refs=1) as w:
         for v in values:
             w.append({"x": np.int64(v)})
             w.create_item("h", float(v), {"x": w.history["x"][-1]})
-    it = datasets.numpy(client, "h", batch_size=4, max_samples=30, num_workers_per_iterator=3,
-                        max_in_flight_samples_per_worker=2)
+    it = datasets.numpy(
+        client,
+        "h",
+        batch_size=4,
+        max_samples=30,
+        num_workers_per_iterator=3,
+        max_in_flight_samples_per_worker=2,
+    )
     assert it.sampler.num_workers == 1
     got = np.concatenate([b.data[0] for b in it])
     np.testing.assert_array_equal(got, np.arange(29, -1, -1))

@@ -28,25 +28,33 @@ OBS = {"obs": tf.float32, "act": tf.int32}
 
 # -- constructor validation (Reverb's test_sampler_parameter_validation matrix) ---------------
 @pytest.mark.parametrize("cls", DATASETS)
-@pytest.mark.parametrize("kwargs, ok", [
-    ({}, True),
-    ({"num_workers_per_iterator": 0}, False),
-    ({"num_workers_per_iterator": -2}, False),
-    ({"num_workers_per_iterator": 1}, True),
-    ({"num_workers_per_iterator": -1}, True),
-    ({"max_samples_per_stream": 0}, False),
-    ({"max_samples_per_stream": 1}, True),
-    ({"max_samples_per_stream": -1}, True),
-    ({"max_in_flight_samples_per_worker": 0}, False),
-    ({"max_in_flight_samples_per_worker": -1}, False),
-    ({"max_in_flight_samples_per_worker": 1}, True),
-    ({"rate_limiter_timeout_ms": -2}, False),
-    ({"max_samples": 0}, False),
-])
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [
+        ({}, True),
+        ({"num_workers_per_iterator": 0}, False),
+        ({"num_workers_per_iterator": -2}, False),
+        ({"num_workers_per_iterator": 1}, True),
+        ({"num_workers_per_iterator": -1}, True),
+        ({"max_samples_per_stream": 0}, False),
+        ({"max_samples_per_stream": 1}, True),
+        ({"max_samples_per_stream": -1}, True),
+        ({"max_in_flight_samples_per_worker": 0}, False),
+        ({"max_in_flight_samples_per_worker": -1}, False),
+        ({"max_in_flight_samples_per_worker": 1}, True),
+        ({"rate_limiter_timeout_ms": -2}, False),
+        ({"max_samples": 0}, False),
+    ],
+)
 def test_parameter_validation(make_server, cls, kwargs, ok):
     server = make_server(reverb.Table.queue("q", 10))
-    args = dict(server_address=f"localhost:{server.port}", table="q", dtypes=tf.float32,
-                shapes=tf.TensorShape([]), max_in_flight_samples_per_worker=100)
+    args = dict(
+        server_address=f"localhost:{server.port}",
+        table="q",
+        dtypes=tf.float32,
+        shapes=tf.TensorShape([]),
+        max_in_flight_samples_per_worker=100,
+    )
     args.update(kwargs)
     if ok:
         cls(**args)
@@ -58,8 +66,9 @@ def test_parameter_validation(make_server, cls, kwargs, ok):
 def test_dtypes_and_shapes_must_match_in_structure(make_server):
     server = make_server(reverb.Table.queue("q", 10))
     with pytest.raises(ValueError, match="same structure"):
-        TrajectoryDataset(f"localhost:{server.port}", "q", {"a": tf.float32, "b": tf.int32},
-                          {"a": [3]}, 10)
+        TrajectoryDataset(
+            f"localhost:{server.port}", "q", {"a": tf.float32, "b": tf.int32}, {"a": [3]}, 10
+        )
 
 
 # -- elements ---------------------------------------------------------------------------------
@@ -70,8 +79,10 @@ def test_trajectory_elements_match_the_signature(serve):
     assert isinstance(ds, tf.data.Dataset)
     spec = ds.element_spec
     assert isinstance(spec, reverb.ReplaySample) and isinstance(spec.info, reverb.SampleInfo)
-    assert spec.data == {"obs": tf.TensorSpec([3, 4], tf.float32),
-                         "act": tf.TensorSpec([3], tf.int32)}
+    assert spec.data == {
+        "obs": tf.TensorSpec([3, 4], tf.float32),
+        "act": tf.TensorSpec([3], tf.int32),
+    }
     assert [s.dtype for s in spec.info] == [tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32]
     elements = list(ds)
     assert len(elements) == 12
@@ -86,8 +97,7 @@ def test_trajectory_elements_match_the_signature(serve):
 def test_explicit_specs_with_lists_become_tuples(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "nosig", 5)
-    ds = TrajectoryDataset(client, "nosig", [tf.int32, tf.float32], [[3], [3, 4]], 4,
-                           max_samples=2)
+    ds = TrajectoryDataset(client, "nosig", [tf.int32, tf.float32], [[3], [3, 4]], 4, max_samples=2)
     assert isinstance(ds.element_spec.data, tuple)
     got = list(ds)
     assert len(got) == 2 and isinstance(got[0].data, tuple)
@@ -100,8 +110,12 @@ def test_empty_nests_are_empty_nests_in_dtypes_and_shapes(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "nosig", 5)
     dtypes = {"act": tf.int32, "info": (), "obs": tf.float32, "more": {"x": ()}}
-    shapes = {"act": tf.TensorShape([3]), "info": (), "obs": tf.TensorShape([3, 4]),
-              "more": {"x": ()}}
+    shapes = {
+        "act": tf.TensorShape([3]),
+        "info": (),
+        "obs": tf.TensorShape([3, 4]),
+        "more": {"x": ()},
+    }
     ds = TrajectoryDataset(client, "nosig", dtypes, shapes, 4, max_samples=3)
     assert ds.element_spec.data["info"] == () and ds.element_spec.data["more"] == {"x": ()}
     got = list(ds.batch(3))
@@ -148,8 +162,15 @@ def test_multiple_iterators_are_independent(serve):
 def test_max_samples(serve, cls, workers, in_flight):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(10))
-    ds = cls(client, "queue", {"x": tf.int64}, {"x": []}, in_flight,
-             num_workers_per_iterator=workers, max_samples=4)
+    ds = cls(
+        client,
+        "queue",
+        {"x": tf.int64},
+        {"x": []},
+        in_flight,
+        num_workers_per_iterator=workers,
+        max_samples=4,
+    )
     got = [int(e.data["x"]) for e in ds]
     assert got == [0, 1, 2, 3]
     time.sleep(0.1)
@@ -162,8 +183,9 @@ def test_max_samples(serve, cls, workers, in_flight):
 def test_respects_max_in_flight_samples_per_worker(serve, in_flight):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 20)
-    ds = TrajectoryDataset.from_table_signature(client, "uniform", in_flight,
-                                                num_workers_per_iterator=1)
+    ds = TrajectoryDataset.from_table_signature(
+        client, "uniform", in_flight, num_workers_per_iterator=1
+    )
     before = samples_completed(client, "uniform")
     it = iter(ds)
     for _ in range(8):
@@ -174,8 +196,9 @@ def test_respects_max_in_flight_samples_per_worker(serve, in_flight):
 @pytest.mark.parametrize("timeout_ms", [0, 1000])
 def test_timeout_ends_the_sequence(serve, timeout_ms):
     client = serve(TABLES_CODE)
-    ds = TimestepDataset(client, "empty", OBS, {"obs": [4], "act": []}, 10,
-                         rate_limiter_timeout_ms=timeout_ms)
+    ds = TimestepDataset(
+        client, "empty", OBS, {"obs": [4], "act": []}, 10, rate_limiter_timeout_ms=timeout_ms
+    )
     t0 = time.monotonic()
     assert list(ds) == []
     dt = time.monotonic() - t0
@@ -185,8 +208,9 @@ def test_timeout_ends_the_sequence(serve, timeout_ms):
 def test_timeout_delivers_sampled_items_then_ends(serve):
     client = serve(TABLES_CODE)
     write_queue(client, "queue", range(7))
-    ds = TrajectoryDataset(client, "queue", {"x": tf.int64}, {"x": []}, 3,
-                           rate_limiter_timeout_ms=200).batch(5)
+    ds = TrajectoryDataset(
+        client, "queue", {"x": tf.int64}, {"x": []}, 3, rate_limiter_timeout_ms=200
+    ).batch(5)
     got = [b.data["x"].numpy().tolist() for b in ds]
     assert got == [[0, 1, 2, 3, 4], [5, 6]]
 
@@ -195,10 +219,12 @@ def test_timeout_delivers_sampled_items_then_ends(serve):
 def test_incompatible_dtype_is_rejected(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 3)
-    ds = TrajectoryDataset(client, "uniform", {"obs": tf.int64, "act": tf.int32},
-                           {"obs": [3, 4], "act": [3]}, 4)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="Requested incompatible tensor at flattened index 1"):
+    ds = TrajectoryDataset(
+        client, "uniform", {"obs": tf.int64, "act": tf.int32}, {"obs": [3, 4], "act": [3]}, 4
+    )
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="Requested incompatible tensor at flattened index 1"
+    ):
         next(iter(ds))
 
 
@@ -206,8 +232,10 @@ def test_inconsistent_signature_size_is_rejected(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "uniform", 3)
     ds = TrajectoryDataset(client, "uniform", [tf.float32], [[3, 4]], 4)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="Requested 1 tensors, but table signature shows 2 tensors"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match="Requested 1 tensors, but table signature shows 2 tensors",
+    ):
         next(iter(ds))
 
 
@@ -215,16 +243,20 @@ def test_received_data_is_checked_without_a_signature(serve):
     client = serve(TABLES_CODE)
     write_trajectories(client, "nosig", 3)
     ds = TrajectoryDataset(client, "nosig", [tf.int32, tf.float32], [[3], []], 4)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"Specification has \(dtype, shape\): \(float, \[\]\)"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"Specification has \(dtype, shape\): \(float, \[\]\)"
+    ):
         next(iter(ds))
 
 
 # -- from_table_signature errors ----------------------------------------------------------------
 def test_from_table_signature_errors(serve):
     client = serve(TABLES_CODE)
-    with pytest.raises(ValueError, match="does not contain any table named not_found. Found: "
-                                         "empty, fifo_keep, nosig, queue, uniform, varlen."):
+    with pytest.raises(
+        ValueError,
+        match="does not contain any table named not_found. Found: "
+        "empty, fifo_keep, nosig, queue, uniform, varlen.",
+    ):
         TrajectoryDataset.from_table_signature(client, "not_found", 10)
     with pytest.raises(ValueError, match="Table nosig at .* does not have a signature."):
         TimestepDataset.from_table_signature(client, "nosig", 10)
@@ -232,8 +264,7 @@ def test_from_table_signature_errors(serve):
 
 def test_from_table_signature_server_not_found():
     with pytest.raises(reverb.DeadlineExceededError):
-        TrajectoryDataset.from_table_signature("localhost:1", "t", 10,
-                                               get_signature_timeout_secs=1)
+        TrajectoryDataset.from_table_signature("localhost:1", "t", 10, get_signature_timeout_secs=1)
 
 
 def test_bounded_specs_become_plain_specs(make_server):
@@ -244,8 +275,9 @@ def test_bounded_specs_become_plain_specs(make_server):
             super().__init__(shape, dtype)
             self.minimum, self.maximum = minimum, maximum
 
-    server = make_server(reverb.Table.queue("q", 10, signature={
-        "a": BoundedTensorSpec([2], np.int32, 0, 3)}))
+    server = make_server(
+        reverb.Table.queue("q", 10, signature={"a": BoundedTensorSpec([2], np.int32, 0, 3)})
+    )
     ds = TrajectoryDataset.from_table_signature(f"localhost:{server.port}", "q", 10)
     assert ds.element_spec.data == {"a": tf.TensorSpec([2], tf.int32)}
 
@@ -254,14 +286,16 @@ def test_bounded_specs_become_plain_specs(make_server):
 def test_tf_client_insert_sample_update_inside_tf_function(serve):
     client = serve(TABLES_CODE)
     tfc = datasets.TFClient(client)
-    tfc.insert([tf.constant(7, tf.int64)], tf.constant(["fifo_keep"]),
-               tf.constant([1.0], tf.float64))
+    tfc.insert(
+        [tf.constant(7, tf.int64)], tf.constant(["fifo_keep"]), tf.constant([1.0], tf.float64)
+    )
 
     @tf.function
     def step():
         s = tfc.sample("fifo_keep", [tf.int64])
-        tfc.update_priorities("fifo_keep", tf.reshape(s.info.key, [1]),
-                              tf.constant([3.0], tf.float64))
+        tfc.update_priorities(
+            "fifo_keep", tf.reshape(s.info.key, [1]), tf.constant([3.0], tf.float64)
+        )
         tfc.insert([s.data[0] + 1], tf.constant(["fifo_keep"]), tf.constant([1.0], tf.float64))
         return s
 
@@ -276,8 +310,9 @@ def test_tf_client_insert_sample_update_inside_tf_function(serve):
 def test_tf_client_errors(serve):
     client = serve(TABLES_CODE)
     tfc = datasets.TFClient(client)
-    tfc.insert([tf.constant(1.0, tf.float32)], tf.constant(["nosig"]),
-               tf.constant([1.0], tf.float64))
+    tfc.insert(
+        [tf.constant(1.0, tf.float32)], tf.constant(["nosig"]), tf.constant([1.0], tf.float64)
+    )
     with pytest.raises(tf.errors.NotFoundError):
         tfc.sample("missing", [tf.float32])
     with pytest.raises(tf.errors.InternalError):
@@ -285,15 +320,15 @@ def test_tf_client_errors(serve):
     with pytest.raises(tf.errors.InvalidArgumentError):
         tfc.sample("nosig", [tf.float32, tf.float32])
     with pytest.raises(tf.errors.InvalidArgumentError):
-        tfc.update_priorities("nosig", tf.constant([1, 2], tf.uint64),
-                              tf.constant([1.0], tf.float64))
+        tfc.update_priorities(
+            "nosig", tf.constant([1, 2], tf.uint64), tf.constant([1.0], tf.float64)
+        )
     with pytest.raises(ValueError, match="tf.float64"):
         tfc.insert([tf.constant(1.0)], tf.constant(["nosig"]), tf.constant([1.0], tf.float32))
     with pytest.raises(ValueError, match="rank 1"):
         tfc.insert([tf.constant(1.0)], tf.constant("nosig"), tf.constant(1.0, tf.float64))
     with pytest.raises(ValueError, match="same shape"):
-        tfc.insert([tf.constant(1.0)], tf.constant(["nosig"]), tf.constant([1.0, 2.0],
-                                                                           tf.float64))
+        tfc.insert([tf.constant(1.0)], tf.constant(["nosig"]), tf.constant([1.0, 2.0], tf.float64))
 
 
 def test_tf_client_server_address(make_server):
@@ -328,15 +363,19 @@ def _bounded(fn, timeout):
 @pytest.mark.parametrize("remote", [False, True])
 def test_deleting_an_iterator_waiting_on_an_empty_table_returns_promptly(make_server, remote):
     server = make_server(reverb.Table.queue("q", 10))
-    client = reverb.Client(f"localhost:{server.port}", in_process=not remote,
-                           unavailable_timeout=10)
+    client = reverb.Client(
+        f"localhost:{server.port}", in_process=not remote, unavailable_timeout=10
+    )
     client.insert([np.int64(1)], {"q": 1.0})
     ds = TrajectoryDataset(client, "q", (tf.int64,), (tf.TensorShape([1]),), 2)
     it = iter(ds.batch(1).prefetch(2))
     assert int(next(it).data[0][0, 0]) == 1
     # The prefetch thread is now waiting on the empty table.
-    wait_until(lambda: client.metrics()["tables"]["q"]["blocked_samplers"] >= 1, 10,
-               "the prefetch thread to wait on the empty table")
+    wait_until(
+        lambda: client.metrics()["tables"]["q"]["blocked_samplers"] >= 1,
+        10,
+        "the prefetch thread to wait on the empty table",
+    )
 
     def delete():
         nonlocal it
@@ -350,9 +389,14 @@ def test_deleting_an_iterator_waiting_on_an_empty_table_returns_promptly(make_se
 def test_interleaved_streams_deliver_every_sampled_item(make_server):
     # TF-Agents' as_dataset(sample_batch_size=3, num_parallel_calls=3) over a table whose 3
     # items may each be sampled 10 times: all 30 samples reach the consumer.
-    table = reverb.Table("t", sampler=reverb.selectors.Uniform(),
-                         remover=reverb.selectors.Fifo(), max_size=3, max_times_sampled=10,
-                         rate_limiter=reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=3,
+        max_times_sampled=10,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+    )
     server = make_server(table)
     client = reverb.Client(f"localhost:{server.port}")
     with client.trajectory_writer(1) as w:
@@ -385,9 +429,15 @@ def test_interleaved_readers_get_small_chunks_from_a_bounded_shared_stream(make_
     # max_in_flight items per fetch (a larger chunk waits in its unbatch while the other 31
     # are read, and goes stale), and the shared stream holds no more than the readers' own
     # streams would.
-    server = make_server(reverb.Table("t", sampler=reverb.selectors.Uniform(),
-                                      remover=reverb.selectors.Fifo(), max_size=1000,
-                                      rate_limiter=reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "t",
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            max_size=1000,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = reverb.Client(f"localhost:{server.port}", in_process=not remote)
     with client.trajectory_writer(1) as w:
         for i in range(500):

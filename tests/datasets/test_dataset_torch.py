@@ -40,13 +40,15 @@ def test_dataloader_in_main_process_and_device_cpu(serve):
 
 
 def test_dataloader_with_worker_processes(make_server):
-    server = make_server(reverb.Table.queue("q", 100, signature={
-        "x": reverb.TensorSpec([], np.int64)}))
+    server = make_server(
+        reverb.Table.queue("q", 100, signature={"x": reverb.TensorSpec([], np.int64)})
+    )
     address = f"localhost:{server.port}"
     write_queue(reverb.Client(address), "q", range(30))
     ds = datasets.TorchDataset(address, "q", batch_size=4, max_samples=25)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
-                                         multiprocessing_context="spawn", timeout=60)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context="spawn", timeout=60
+    )
     got = sorted(torch.cat([b.data["x"] for b in loader]).tolist())
     # max_samples is split between the workers: 25 items in all, none beyond.
     assert len(got) == 25 and len(set(got)) == 25
@@ -76,8 +78,9 @@ def test_dataloader_with_forked_workers():
     # Forked workers (Linux's default) get a copy of the parent's in-process server, which
     # they must not use: they reach the real one over gRPC. Run in a fresh interpreter, as
     # forking a process that has loaded JAX or TensorFlow threads may deadlock.
-    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr[-3000:]
 
 

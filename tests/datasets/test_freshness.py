@@ -56,12 +56,14 @@ def _check(ratio: float) -> None:
     print(f"freshness {ratio:.3f}")
     assert abs(ratio - 1.0) <= TOLERANCE, (
         f"the newest items' share of sampled batches is {ratio:.3f} of uniform sampling's "
-        f"(tolerance {TOLERANCE})")
+        f"(tolerance {TOLERANCE})"
+    )
 
 
 def _iterator_take(it, ids):
     def take():
         return ids(next(it))
+
     return take
 
 
@@ -69,6 +71,7 @@ def test_numpy(loop):
     def make(client):
         it = datasets.numpy(client, "fresh", batch_size=BATCH)
         return _iterator_take(it, lambda b: b.data["step"][:, -1]), it.close
+
     _check(loop(make))
 
 
@@ -77,6 +80,7 @@ def test_torch(loop):
     def make(client):
         it = iter(datasets.TorchDataset(client, "fresh", batch_size=BATCH))
         return _iterator_take(it, lambda b: b.data["step"][:, -1].numpy()), it.close
+
     _check(loop(make))
 
 
@@ -85,6 +89,7 @@ def test_jax(loop):
     def make(client):
         it = datasets.JaxIterator(client, "fresh", batch_size=BATCH)
         return _iterator_take(it, lambda b: np.asarray(b.data["step"])[:, -1]), it.close
+
     _check(loop(make))
 
 
@@ -94,6 +99,7 @@ def test_trajectory_dataset(loop):
         ds = datasets.TrajectoryDataset.from_table_signature(client, "fresh", BATCH)
         it = iter(ds.batch(BATCH))
         return _iterator_take(it, lambda b: b.data["step"].numpy()[:, -1]), lambda: None
+
     _check(loop(make))
 
 
@@ -104,13 +110,20 @@ def test_timestep_dataset(loop):
     def make(client):
         ds = datasets.TimestepDataset(client, "fresh", {"step": tf.int64}, {"step": []}, BATCH)
         it = iter(ds.batch(2 * BATCH))  # 2 steps per item: rows [i - 1, i]
-        return _iterator_take(it, lambda b: b.data["step"].numpy().reshape(-1, 2)[:, 1]), \
-            lambda: None
+        return _iterator_take(
+            it, lambda b: b.data["step"].numpy().reshape(-1, 2)[:, 1]
+        ), lambda: None
+
     _check(loop(make))
 
 
-def tf_agents_pipeline(client: reverb.Client, table: str, batch: int = BATCH,
-                       num_parallel_calls: int = 3, max_cycle_length: int = 32):
+def tf_agents_pipeline(
+    client: reverb.Client,
+    table: str,
+    batch: int = BATCH,
+    num_parallel_calls: int = 3,
+    max_cycle_length: int = 32,
+):
     """TF-Agents 0.19's ``ReverbReplayBuffer.as_dataset(sample_batch_size=batch, num_steps=2,
     num_parallel_calls=3).prefetch(3)`` for a ``sequence_length=2`` table, in plain tf.data."""
     import tensorflow as tf
@@ -120,17 +133,23 @@ def tf_agents_pipeline(client: reverb.Client, table: str, batch: int = BATCH,
 
     def make_stream(_):
         ds = datasets.TrajectoryDataset(
-            client, table, {"step": tf.int64}, {"step": [2]},
+            client,
+            table,
+            {"step": tf.int64},
+            {"step": [2]},
             max_in_flight_samples_per_worker=3 * per_interleave,
-            num_workers_per_iterator=min(-1, per_interleave))
+            num_workers_per_iterator=min(-1, per_interleave),
+        )
 
         def broadcast_info(sample):  # TF-Agents' per-sequence map: info along time
             info = tf.nest.map_structure(lambda t: tf.broadcast_to(t, [2]), sample.info)
             return sample.data, info
+
         return ds.map(broadcast_info)
 
     ds = tf.data.Dataset.range(cycle_length).interleave(
-        make_stream, cycle_length=cycle_length, num_parallel_calls=num_parallel_calls)
+        make_stream, cycle_length=cycle_length, num_parallel_calls=num_parallel_calls
+    )
     options = tf.data.Options()
     options.experimental_deterministic = False
     return ds.with_options(options).batch(batch, drop_remainder=True).prefetch(3)
@@ -141,4 +160,5 @@ def test_tf_agents_as_dataset_pipeline(loop):
     def make(client):
         it = iter(tf_agents_pipeline(client, "fresh"))
         return _iterator_take(it, lambda b: b[0]["step"].numpy()[:, -1]), lambda: None
+
     _check(loop(make))

@@ -33,28 +33,45 @@ READERS = ["sample", "sample_batch", "numpy", "tf", "torch", "jax"]
 
 
 def _table() -> reverb.Table:
-    return reverb.Table("t", sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(),
-                        max_size=1000, rate_limiter=reverb.rate_limiters.MinSize(1),
-                        signature=SIGNATURE)
+    return reverb.Table(
+        "t",
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=1000,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=SIGNATURE,
+    )
 
 
 def _writer_client(server: reverb.Server, how: str) -> reverb.Client:
     address = f"localhost:{server.port}"
     if how == "embedded":
         return reverb.Client(address)
-    return reverb.Client(address, in_process=False, unavailable_timeout=10,
-                         shared_memory=(how == "shm"))
+    return reverb.Client(
+        address, in_process=False, unavailable_timeout=10, shared_memory=(how == "shm")
+    )
 
 
 def _write(client: reverb.Client) -> None:
     with client.trajectory_writer(num_keep_alive_refs=3) as w:
         for t in range(N_STEPS):
-            w.append({"obs": np.full(OBS, t, np.float32), "step": np.int64(t),
-                      "tag": np.array(f"step-{t}".encode(), dtype=object)})
+            w.append(
+                {
+                    "obs": np.full(OBS, t, np.float32),
+                    "step": np.int64(t),
+                    "tag": np.array(f"step-{t}".encode(), dtype=object),
+                }
+            )
             if t >= 2:
-                w.create_item("t", 1.0, {"obs": w.history["obs"][-3:],
-                                         "step": w.history["step"][-1],
-                                         "tag": w.history["tag"][-1]})
+                w.create_item(
+                    "t",
+                    1.0,
+                    {
+                        "obs": w.history["obs"][-3:],
+                        "step": w.history["step"][-1],
+                        "tag": w.history["tag"][-1],
+                    },
+                )
         w.flush(timeout_ms=20_000)
 
 
@@ -71,18 +88,23 @@ def _check_batch(obs, step, tag) -> None:
     for o, s, g in zip(obs, step, tag):
         s = int(s)
         assert 2 <= s < N_STEPS
-        np.testing.assert_array_equal(o, np.arange(s - 2, s + 1, dtype=np.float32)[:, None]
-                                      * np.ones(OBS, np.float32))
+        np.testing.assert_array_equal(
+            o, np.arange(s - 2, s + 1, dtype=np.float32)[:, None] * np.ones(OBS, np.float32)
+        )
         g = g.item() if isinstance(g, np.ndarray) else g
         assert isinstance(g, bytes) and g == f"step-{s}".encode()
 
 
 def _read(client: reverb.Client, how: str) -> None:
     if how == "sample":
-        got = list(client.sample("t", num_samples=8, emit_timesteps=False,
-                                 unpack_as_table_signature=True))
-        _check_batch(np.stack([s.data["obs"] for s in got]), [s.data["step"] for s in got],
-                     [s.data["tag"] for s in got])
+        got = list(
+            client.sample("t", num_samples=8, emit_timesteps=False, unpack_as_table_signature=True)
+        )
+        _check_batch(
+            np.stack([s.data["obs"] for s in got]),
+            [s.data["step"] for s in got],
+            [s.data["tag"] for s in got],
+        )
     elif how == "sample_batch":
         b = client.sample_batch("t", 8, timeout=20)
         _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
@@ -93,7 +115,8 @@ def _read(client: reverb.Client, how: str) -> None:
     elif how == "tf":
         pytest.importorskip("tensorflow")
         ds = datasets.TrajectoryDataset.from_table_signature(
-            client, "t", max_in_flight_samples_per_worker=8).batch(8)
+            client, "t", max_in_flight_samples_per_worker=8
+        ).batch(8)
         b = next(iter(ds.take(1)))
         assert b.data["tag"].dtype.name == "string"
         _check_batch(b.data["obs"], b.data["step"], b.data["tag"])
@@ -133,13 +156,17 @@ def written():
         s.stop()
 
 
-@pytest.mark.parametrize("writer, reader, where",
-                         list(itertools.product(WRITERS, READERS, ["local", "grpc"])))
+@pytest.mark.parametrize(
+    "writer, reader, where", list(itertools.product(WRITERS, READERS, ["local", "grpc"]))
+)
 def test_every_writer_path_with_every_reader_path(written, writer, reader, where):
     server = written[writer]
     address = f"localhost:{server.port}"
-    client = (reverb.Client(address) if where == "local"
-              else reverb.Client(address, in_process=False, unavailable_timeout=10))
+    client = (
+        reverb.Client(address)
+        if where == "local"
+        else reverb.Client(address, in_process=False, unavailable_timeout=10)
+    )
     try:
         _read(client, reader)
     finally:

@@ -24,8 +24,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-
-
 # Without a GPU, the fused Triton kernels run through Triton's interpreter on CPU tensors.
 # Triton reads the variable when a kernel is defined, so it is set before any test imports
 # ostinato.device.torch.triton_kernels.

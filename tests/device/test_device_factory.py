@@ -28,8 +28,10 @@ def test_uniform_from_config():
 
 def test_priority_from_config_with_mindspore_seed():
     buf = create_buffer(
-        config(type=PriorityReplayBuffer, params={"capacity": 64, "sample_size": 4,
-                                                  "alpha": 0.5, "seed0": 9})
+        config(
+            type=PriorityReplayBuffer,
+            params={"capacity": 64, "sample_size": 4, "alpha": 0.5, "seed0": 9},
+        )
     )
     assert isinstance(buf, PriorityReplayBuffer)
     assert (buf.alpha, buf.seed) == (0.5, 9)

@@ -45,8 +45,14 @@ def make_priority(backend, extra, alpha, sample_size=SAMPLE_SIZE, capacity=CAPAC
     pytest.importorskip(backend)
     ID_DTYPE.use(backend)
     return PriorityReplayBuffer(
-        alpha, capacity, sample_size, [(2,), ()], ID_DTYPE.types, backend=backend,
-        **extra, **kwargs,
+        alpha,
+        capacity,
+        sample_size,
+        [(2,), ()],
+        ID_DTYPE.types,
+        backend=backend,
+        **extra,
+        **kwargs,
     )
 
 
@@ -201,13 +207,20 @@ def test_create_buffer_accepts_sample_size_above_capacity(backend):
     pytest.importorskip(backend)
     ID_DTYPE.use(backend)
     for kind, extra in (("UniformReplayBuffer", {}), ("PriorityReplayBuffer", {"alpha": 0.6})):
-        buf = create_buffer({
-            "type": kind,
-            "params": {"capacity": CAPACITY, "sample_size": SAMPLE_SIZE, "seed": 0,
-                       "backend": backend, **extra},
-            "data_shape": [(2,), ()],
-            "data_type": ID_DTYPE.types,
-        })
+        buf = create_buffer(
+            {
+                "type": kind,
+                "params": {
+                    "capacity": CAPACITY,
+                    "sample_size": SAMPLE_SIZE,
+                    "seed": 0,
+                    "backend": backend,
+                    **extra,
+                },
+                "data_shape": [(2,), ()],
+                "data_type": ID_DTYPE.types,
+            }
+        )
         if kind == "UniformReplayBuffer":
             buf.insert(rows(0, 4))
         else:

@@ -84,8 +84,17 @@ def _sync_checked(fn):
 @pytest.mark.cuda
 @pytest.mark.parametrize("kernels", ["triton", "torch"])
 def test_cuda_buffers_sample_on_device_without_sync(kernels):
-    buf = PriorityReplayBuffer(0.6, 1000, 64, [(4,), ()], ["float32", "int64"], device="cuda",
-                               seed=0, validate=False, kernels=kernels)
+    buf = PriorityReplayBuffer(
+        0.6,
+        1000,
+        64,
+        [(4,), ()],
+        ["float32", "int64"],
+        device="cuda",
+        seed=0,
+        validate=False,
+        kernels=kernels,
+    )
     buf.insert(torch.randn(500, 4), torch.arange(500))
     # Every input is built before the checked block: building a CUDA tensor from host
     # values is itself a copy that waits.
@@ -97,11 +106,11 @@ def test_cuda_buffers_sample_on_device_without_sync(kernels):
     def step():
         indices, weights, obs, ids = buf.sample(0.4)
         buf.update_priorities(indices, prios)
-        buf.insert(obs1, id1)                      # 0-d tensor column
-        buf.insert(obs1, 9)                        # Python scalar column
-        buf.insert(obs1, id1, priority=3.0)        # Python scalar priority
-        buf.insert(obs8, id8, priority=p8)         # a priority per row
-        buf.insert(obs8, id8, priority=p0)         # 0-d tensor priority
+        buf.insert(obs1, id1)  # 0-d tensor column
+        buf.insert(obs1, 9)  # Python scalar column
+        buf.insert(obs1, id1, priority=3.0)  # Python scalar priority
+        buf.insert(obs8, id8, priority=p8)  # a priority per row
+        buf.insert(obs8, id8, priority=p0)  # 0-d tensor priority
         return buf.sample(0.4)
 
     indices, weights, obs, ids = _sync_checked(step)
@@ -130,8 +139,9 @@ def test_cuda_uniform_buffer_without_sync():
 def test_cuda_graph_replays_a_whole_prioritized_step():
     """sample + update captured once, replayed while inserts go on outside the graph: ids
     still match the stored rows, new rows are drawn, updates land."""
-    buf = PriorityReplayBuffer(0.6, 4096, 64, [(4,), ()], ["float32", "int64"], device="cuda",
-                               seed=0, validate=False)
+    buf = PriorityReplayBuffer(
+        0.6, 4096, 64, [(4,), ()], ["float32", "int64"], device="cuda", seed=0, validate=False
+    )
     assert buf.sampler.kernels == "triton"
     buf.insert(torch.randn(1000, 4, device="cuda"), torch.arange(1000, device="cuda"))
     prios = torch.full((64,), 0.5, device="cuda")
@@ -150,8 +160,9 @@ def test_cuda_graph_replays_a_whole_prioritized_step():
     seen, draws = set(), []
     for step in range(40):
         first = 1000 + 10 * step
-        buf.insert(torch.randn(10, 4, device="cuda"),
-                   torch.arange(first, first + 10, device="cuda"))
+        buf.insert(
+            torch.randn(10, 4, device="cuda"), torch.arange(first, first + 10, device="cuda")
+        )
         graph.replay()
         indices, weights, obs, ids = out
         assert torch.equal(indices, ids)
@@ -161,8 +172,9 @@ def test_cuda_graph_replays_a_whole_prioritized_step():
     assert not all(torch.equal(draws[0], d) for d in draws[1:])  # fresh random numbers
     # Rows the graph updated carry priority 0.5; new rows the running maximum (1).
     leaves = buf.sampler.leaves[: buf.capacity]
-    assert torch.isclose(leaves[ids[0] % buf.capacity], torch.tensor(0.5**0.6, device="cuda",
-                                                                    dtype=leaves.dtype))
+    assert torch.isclose(
+        leaves[ids[0] % buf.capacity], torch.tensor(0.5**0.6, device="cuda", dtype=leaves.dtype)
+    )
 
 
 @pytest.mark.cuda
@@ -171,8 +183,9 @@ def test_cuda_triton_and_torch_kernels_agree_in_distribution():
 
     p = np.array([0.5, 1.0, 2.0, 4.0, 0.0, 3.0], np.float32)
     for kernels in ("triton", "torch"):
-        buf = PriorityReplayBuffer(0.8, 8, 256, [()], ["int64"], device="cuda", seed=1,
-                                   kernels=kernels)
+        buf = PriorityReplayBuffer(
+            0.8, 8, 256, [()], ["int64"], device="cuda", seed=1, kernels=kernels
+        )
         buf.insert(torch.arange(6), priority=torch.from_numpy(p))
         counts = np.zeros(6)
         for _ in range(100):

@@ -13,20 +13,45 @@ F64, I64, I32, F32 = "*fp64", "*i64", "i32", "fp32"
 INTS = ["slot0", "src0", "len0", "slot1", "src1", "len1", "prio_stride", "inc"]
 CASES = {
     "write_leaves": (
-        {"leaves_ptr": F64, "prio_ptr": "*fp32", "maxbits_ptr": I64, "counters_ptr": I64,
-         **dict.fromkeys(INTS, I32), "alpha": F32},
+        {
+            "leaves_ptr": F64,
+            "prio_ptr": "*fp32",
+            "maxbits_ptr": I64,
+            "counters_ptr": I64,
+            **dict.fromkeys(INTS, I32),
+            "alpha": F32,
+        },
         [{"FLOOR": 1e-292, "MODE": 0, "BLOCK": 1024}, {"FLOOR": 1e-292, "MODE": 1, "BLOCK": 1024}],
     ),
     "update_leaves": (
-        {"leaves_ptr": F64, "ids_ptr": I64, "prio_ptr": "*fp32", "maxbits_ptr": I64,
-         "counters_ptr": I64, "n": I32, "capacity": I32, "alpha": F32},
+        {
+            "leaves_ptr": F64,
+            "ids_ptr": I64,
+            "prio_ptr": "*fp32",
+            "maxbits_ptr": I64,
+            "counters_ptr": I64,
+            "n": I32,
+            "capacity": I32,
+            "alpha": F32,
+        },
         [{"FLOOR": 1e-292, "BLOCK": 128}],
     ),
     "block_stats": ({"leaves_ptr": F64, "bsum_ptr": F64, "bmin_ptr": F64}, [{"B": 1024}]),
     "query": (
-        {"leaves_ptr": F64, "bsum_ptr": F64, "bmin_ptr": F64, "u_ptr": F64, "slots_ptr": I64,
-         "ids_ptr": I64, "weights_ptr": "*fp32", "counters_ptr": I64, "count": I32,
-         "nblocks": I32, "capacity": I32, "beta": F32},
+        {
+            "leaves_ptr": F64,
+            "bsum_ptr": F64,
+            "bmin_ptr": F64,
+            "u_ptr": F64,
+            "slots_ptr": I64,
+            "ids_ptr": I64,
+            "weights_ptr": "*fp32",
+            "counters_ptr": I64,
+            "count": I32,
+            "nblocks": I32,
+            "capacity": I32,
+            "beta": F32,
+        },
         [{"NB": 1024, "B": 1024, "QB": 1}, {"NB": 1, "B": 256, "QB": 1}],
     ),
 }
@@ -60,7 +85,12 @@ def test_every_kernel_compiles_for_sm90():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps(CASES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("compiled") == sum(len(v) for _, v in CASES.values())

@@ -13,16 +13,29 @@ from ostinato.observers import StepType
 FIRST, MID, LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
 
 
-class Trajectory(namedtuple("Trajectory", ["step_type", "observation", "action", "policy_info",
-                                           "next_step_type", "reward", "discount"])):
+class Trajectory(
+    namedtuple(
+        "Trajectory",
+        [
+            "step_type",
+            "observation",
+            "action",
+            "policy_info",
+            "next_step_type",
+            "reward",
+            "discount",
+        ],
+    )
+):
     """Stands in for ``tf_agents.trajectories.Trajectory`` (duck-typed by the observers)."""
 
     def is_boundary(self) -> Any:
         return np.equal(self.step_type, LAST)
 
 
-def counting_trajectories(steps_per_episode: int, driver_steps: int,
-                          as_dict: bool = False) -> list[Any]:
+def counting_trajectories(
+    steps_per_episode: int, driver_steps: int, as_dict: bool = False
+) -> list[Any]:
     """What TF-Agents' PyDriver gives observers for ``CountingEnv(steps_per_episode)`` with
     ``max_steps=driver_steps``: ``k`` transitions per episode then a LAST->FIRST boundary
     step; the driver's step count leaves boundary steps out, and it stops right after its
@@ -49,8 +62,15 @@ def counting_trajectories(steps_per_episode: int, driver_steps: int,
             nst = LAST if step == steps_per_episode else MID
             reward, discount = (1.0, 0.0) if nst == LAST else (0.0, 1.0)
             counted += 1
-        t = Trajectory(np.int32(st), o, np.int32(counted % 2), (), np.int32(nst),
-                       np.float32(reward), np.float32(discount))
+        t = Trajectory(
+            np.int32(st),
+            o,
+            np.int32(counted % 2),
+            (),
+            np.int32(nst),
+            np.float32(reward),
+            np.float32(discount),
+        )
         out.append(t._asdict() if as_dict else t)
     return out
 

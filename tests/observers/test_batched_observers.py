@@ -76,8 +76,9 @@ def _expected_transitions(lengths, steps):
     return out
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP,
-                                  AutoresetMode.DISABLED])
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+)
 def test_gym_vector_env_items_never_mix(queue_server, mode):
     lengths = [2, 3, 5, 4]
     envs = _envs(lengths, mode)
@@ -125,8 +126,9 @@ def test_episode_items_per_mode(queue_server, mode):
         i, e = int(o[0, 0]), int(o[0, 1])
         assert (o[:, 0] == i).all() and (o[:, 1] == e).all()
         np.testing.assert_array_equal(o[:, 2], np.arange(lengths[i] + 1))
-        np.testing.assert_array_equal(item["step_type"],
-                                      [FIRST] + [MID] * (lengths[i] - 1) + [LAST])
+        np.testing.assert_array_equal(
+            item["step_type"], [FIRST] + [MID] * (lengths[i] - 1) + [LAST]
+        )
         episodes.setdefault(i, []).append(e)
     # NextStep spends one step per episode on the reset, SameStep none.
     extra = 1 if mode == AutoresetMode.NEXT_STEP else 0
@@ -163,11 +165,19 @@ def test_tf_agents_batched_trajectories(queue_server):
     """A batched PyEnvironment's trajectories, split per index, match unbatched observers."""
     streams = [counting_trajectories(3, 9), counting_trajectories(2, 11)]
     n = min(map(len, streams))
-    batched = [Trajectory(*(np.stack([np.asarray(s[t][f]) if f != 3 else () for s in streams])
-                            if f != 3 else () for f in range(7))) for t in range(n)]
+    batched = [
+        Trajectory(
+            *(
+                np.stack([np.asarray(s[t][f]) if f != 3 else () for s in streams]) if f != 3 else ()
+                for f in range(7)
+            )
+        )
+        for t in range(n)
+    ]
     client = queue_server.localhost_client()
-    with observers.BatchedTrajectoryObserver(client, "a", 3, pad_end_of_episodes=True,
-                                             num_envs=2) as observer:
+    with observers.BatchedTrajectoryObserver(
+        client, "a", 3, pad_end_of_episodes=True, num_envs=2
+    ) as observer:
         for t in batched:
             observer(t)
     for stream in streams:
@@ -181,8 +191,9 @@ def test_tf_agents_batched_trajectories(queue_server):
 
 def test_batched_dicts_and_sequence_observer(queue_server):
     client = queue_server.localhost_client()
-    with observers.BatchedTrajectorySequenceObserver(client, "a", 2, stride_length=2,
-                                                     num_envs=3) as observer:
+    with observers.BatchedTrajectorySequenceObserver(
+        client, "a", 2, stride_length=2, num_envs=3
+    ) as observer:
         for t in range(4):
             observer({"x": np.arange(3) * 10 + t})
     got = sorted(np.asarray(s.data[0]).tolist() for s in drain(client))
@@ -228,19 +239,27 @@ def test_batched_arguments(queue_server):
 
 def test_batched_input_errors(queue_server):
     client = queue_server.localhost_client()
-    observer = observers.BatchedTrajectoryObserver(client, "a", 2, num_envs=2,
-                                                   autoreset_mode=AutoresetMode.SAME_STEP)
+    observer = observers.BatchedTrajectoryObserver(
+        client, "a", 2, num_envs=2, autoreset_mode=AutoresetMode.SAME_STEP
+    )
     with pytest.raises(ValueError, match="num_envs"):
         observer({"step_type": np.zeros(3, np.int32)})
     with pytest.raises(TypeError, match="Trajectory"):
         observer([np.zeros(2)])
     observer.on_reset(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="rewards"):
-        observer.on_step(np.zeros((2, 3)), np.zeros(2, int), np.zeros(3), np.zeros(2, bool),
-                         np.zeros(2, bool))
+        observer.on_step(
+            np.zeros((2, 3)), np.zeros(2, int), np.zeros(3), np.zeros(2, bool), np.zeros(2, bool)
+        )
     with pytest.raises(ValueError, match="final_obs"):
-        observer.on_step(np.zeros((2, 3)), np.zeros(2, int), np.zeros(2),
-                         np.array([True, False]), np.zeros(2, bool), {})
+        observer.on_step(
+            np.zeros((2, 3)),
+            np.zeros(2, int),
+            np.zeros(2),
+            np.array([True, False]),
+            np.zeros(2, bool),
+            {},
+        )
     with pytest.raises(ValueError, match="reset_mask"):
         observer.on_reset(np.zeros((2, 3)), reset_mask=[1, 0])
     observer.close()

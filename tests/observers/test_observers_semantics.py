@@ -105,8 +105,9 @@ def test_gym_cartpole_with_signature(make_server):
 
     env = gym.make("CartPole-v1")
     spec = observers.gym_step_spec(env.observation_space, env.action_space)
-    server = make_server(reverb.Table.queue("a", 10_000,
-                                           signature=observers.add_outer_dim(spec, 2)))
+    server = make_server(
+        reverb.Table.queue("a", 10_000, signature=observers.add_outer_dim(spec, 2))
+    )
     client = server.localhost_client()
     with observers.TrajectoryObserver(client, "a", 2) as observer:
         _run_gym(observer, env, episodes=3)
@@ -156,8 +157,9 @@ def test_reset_without_padding_does_not_duplicate_the_last_window(queue_server):
 
 
 def test_reset_without_padding_raises_when_no_window_is_due(queue_server):
-    observer = observers.TrajectoryObserver(queue_server.localhost_client(), "a", 4,
-                                            stride_length=4)
+    observer = observers.TrajectoryObserver(
+        queue_server.localhost_client(), "a", 4, stride_length=4
+    )
     for t in counting_trajectories(5, 3):
         observer(t)
     with pytest.raises(ValueError, match="pad_end_of_episodes"):
@@ -196,34 +198,40 @@ def test_open_after_close_starts_a_fresh_episode(queue_server):
 
 
 # -- validation ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(sequence_length=0), "sequence_length"),
-    (dict(sequence_length=2.0), "sequence_length"),
-    (dict(sequence_length=True), "sequence_length"),
-    (dict(sequence_length=2, stride_length=0), "stride_length"),
-    (dict(sequence_length=2, priority=math.nan), "priority"),
-    (dict(sequence_length=2, priority="high"), "priority"),
-    (dict(sequence_length=2, pad_end_of_episodes="yes"), "pad_end_of_episodes"),
-    (dict(sequence_length=2, tile_end_of_episodes=1), "tile_end_of_episodes"),
-    (dict(sequence_length=2, tile_end_of_episodes=True), "pad_end_of_episodes=True"),
-    (dict(sequence_length=2, validate_items=None), "validate_items"),
-    (dict(sequence_length=2, table_name=[]), "table_name"),
-    (dict(sequence_length=2, table_name=3), "table_name"),
-    (dict(sequence_length=2, table_name=["a", "a"]), "table_name"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(sequence_length=0), "sequence_length"),
+        (dict(sequence_length=2.0), "sequence_length"),
+        (dict(sequence_length=True), "sequence_length"),
+        (dict(sequence_length=2, stride_length=0), "stride_length"),
+        (dict(sequence_length=2, priority=math.nan), "priority"),
+        (dict(sequence_length=2, priority="high"), "priority"),
+        (dict(sequence_length=2, pad_end_of_episodes="yes"), "pad_end_of_episodes"),
+        (dict(sequence_length=2, tile_end_of_episodes=1), "tile_end_of_episodes"),
+        (dict(sequence_length=2, tile_end_of_episodes=True), "pad_end_of_episodes=True"),
+        (dict(sequence_length=2, validate_items=None), "validate_items"),
+        (dict(sequence_length=2, table_name=[]), "table_name"),
+        (dict(sequence_length=2, table_name=3), "table_name"),
+        (dict(sequence_length=2, table_name=["a", "a"]), "table_name"),
+    ],
+)
 def test_trajectory_observer_arguments(queue_server, kwargs, name):
     kwargs.setdefault("table_name", "a")
     with pytest.raises(ValueError, match=name):
         observers.TrajectoryObserver(queue_server.localhost_client(), **kwargs)
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(max_sequence_length=0), "max_sequence_length"),
-    (dict(max_sequence_length=-1), "max_sequence_length"),
-    (dict(max_sequence_length=None), "max_sequence_length"),
-    (dict(max_sequence_length=3, bypass_partial_episodes="no"), "bypass_partial_episodes"),
-    (dict(max_sequence_length=3, priority=math.inf), "priority"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(max_sequence_length=0), "max_sequence_length"),
+        (dict(max_sequence_length=-1), "max_sequence_length"),
+        (dict(max_sequence_length=None), "max_sequence_length"),
+        (dict(max_sequence_length=3, bypass_partial_episodes="no"), "bypass_partial_episodes"),
+        (dict(max_sequence_length=3, priority=math.inf), "priority"),
+    ],
+)
 def test_episode_observer_arguments(queue_server, kwargs, name):
     with pytest.raises(ValueError, match=name):
         observers.EpisodeObserver(queue_server.localhost_client(), "a", **kwargs)
@@ -243,15 +251,29 @@ def test_update_priority(queue_server):
     for t in counting_trajectories(2, 2):
         observer(t)
     observer.update_priority(4)  # items created from now on
-    observer(Trajectory(np.int32(LAST), np.int32(2), np.int32(0), (), np.int32(FIRST),
-                        np.float32(0), np.float32(1)))
+    observer(
+        Trajectory(
+            np.int32(LAST),
+            np.int32(2),
+            np.int32(0),
+            (),
+            np.int32(FIRST),
+            np.float32(0),
+            np.float32(1),
+        )
+    )
     observer.close()
     assert [float(s.info.priority) for s in drain(client)] == [4.0]
 
 
-@pytest.mark.parametrize("cls,args", [(observers.TrajectoryObserver, (2,)),
-                                      (observers.EpisodeObserver, (5,)),
-                                      (observers.TrajectorySequenceObserver, (2,))])
+@pytest.mark.parametrize(
+    "cls,args",
+    [
+        (observers.TrajectoryObserver, (2,)),
+        (observers.EpisodeObserver, (5,)),
+        (observers.TrajectorySequenceObserver, (2,)),
+    ],
+)
 def test_steps_that_cannot_be_written(queue_server, cls, args):
     observer = cls(queue_server.localhost_client(), "a", *args)
     batched = {"step_type": np.array([0, 1], np.int32), "observation": np.zeros(2)}
@@ -278,8 +300,9 @@ def test_get_table_signature_and_properties(make_server):
 
     sig = {"x": reverb.TensorSpec([None], np.int64)}
     server = make_server(reverb.Table.queue("a", 10, signature=sig), reverb.Table.queue("b", 10))
-    observer = observers.TrajectoryObserver(server.localhost_client(), ("a", "b"), 3,
-                                            stride_length=2)
+    observer = observers.TrajectoryObserver(
+        server.localhost_client(), ("a", "b"), 3, stride_length=2
+    )
     assert observer.get_table_signature() == sig
     assert observer.table_names == ("a", "b")
     assert (observer.sequence_length, observer.stride_length) == (3, 2)
@@ -289,8 +312,15 @@ def test_get_table_signature_and_properties(make_server):
 
 
 def test_padding_step():
-    t = Trajectory(np.int32(MID), np.ones(3, np.float32), np.int64(1), (), np.int32(LAST),
-                   np.float32(1), np.float32(0))
+    t = Trajectory(
+        np.int32(MID),
+        np.ones(3, np.float32),
+        np.int64(1),
+        (),
+        np.int32(LAST),
+        np.float32(1),
+        np.float32(0),
+    )
     p = observers.padding_step(t)
     assert type(p) is Trajectory and int(p.step_type) == StepType.LAST
     assert int(p.next_step_type) == StepType.FIRST and p.step_type.dtype == np.int32

@@ -40,14 +40,46 @@ VECTORS = [
     ("traj L=2", _traj(sequence_length=2), 3, 4, 5, 3),
     ("traj L=2 stride 2", _traj(sequence_length=2, stride_length=2), 3, 4, 5, 2),
     ("episode max 8 prio 3", _episode(max_sequence_length=8, priority=3), 3, 8, 10, 2),
-    ("traj L=4 s1 pad+tile", _traj(sequence_length=4, stride_length=1, pad_end_of_episodes=True,
-                                   tile_end_of_episodes=True), 5, 11, 19, 12),
-    ("traj L=4 s2 pad+tile", _traj(sequence_length=4, stride_length=2, pad_end_of_episodes=True,
-                                   tile_end_of_episodes=True), 5, 11, 19, 6),
-    ("traj L=4 s3 pad+tile", _traj(sequence_length=4, stride_length=3, pad_end_of_episodes=True,
-                                   tile_end_of_episodes=True), 5, 11, 19, 4),
-    ("traj L=4 s4 pad+tile", _traj(sequence_length=4, stride_length=4, pad_end_of_episodes=True,
-                                   tile_end_of_episodes=True), 5, 11, 19, 4),
+    (
+        "traj L=4 s1 pad+tile",
+        _traj(
+            sequence_length=4, stride_length=1, pad_end_of_episodes=True, tile_end_of_episodes=True
+        ),
+        5,
+        11,
+        19,
+        12,
+    ),
+    (
+        "traj L=4 s2 pad+tile",
+        _traj(
+            sequence_length=4, stride_length=2, pad_end_of_episodes=True, tile_end_of_episodes=True
+        ),
+        5,
+        11,
+        19,
+        6,
+    ),
+    (
+        "traj L=4 s3 pad+tile",
+        _traj(
+            sequence_length=4, stride_length=3, pad_end_of_episodes=True, tile_end_of_episodes=True
+        ),
+        5,
+        11,
+        19,
+        4,
+    ),
+    (
+        "traj L=4 s4 pad+tile",
+        _traj(
+            sequence_length=4, stride_length=4, pad_end_of_episodes=True, tile_end_of_episodes=True
+        ),
+        5,
+        11,
+        19,
+        4,
+    ),
     ("sequence L=2 s2", _seq(sequence_length=2, stride_length=2), 3, 4, 5, 2),
 ]
 
@@ -71,8 +103,11 @@ RESETS = [
 ]
 
 
-@pytest.mark.parametrize("kwargs,write,appends,items,more_appends,more_items", RESETS,
-                         ids=["no-pad-reset-False", "pad-tile-reset-True", "pad-reset-True"])
+@pytest.mark.parametrize(
+    "kwargs,write,appends,items,more_appends,more_items",
+    RESETS,
+    ids=["no-pad-reset-False", "pad-tile-reset-True", "pad-reset-True"],
+)
 def test_observer_resets(queue_server, kwargs, write, appends, items, more_appends, more_items):
     client = CountingClient(queue_server.localhost_client())
     observer = observers.TrajectoryObserver(client, "a", 4, stride_length=4, **kwargs)
@@ -80,8 +115,10 @@ def test_observer_resets(queue_server, kwargs, write, appends, items, more_appen
         observer(t)
     assert (client.counts["append"], client.counts["create_item"]) == (appends, items)
     observer.reset(write_cached_steps=write)
-    assert (client.counts["append"], client.counts["create_item"]) == \
-        (appends + more_appends, items + more_items)
+    assert (client.counts["append"], client.counts["create_item"]) == (
+        appends + more_appends,
+        items + more_items,
+    )
     observer.close()
     assert len(drain(client)) == items + more_items
 
@@ -148,18 +185,31 @@ def test_episode_overflow_bypass(queue_server, caplog):
 
 def test_padding_and_tiling_contents(queue_server):
     client = queue_server.localhost_client()
-    with observers.TrajectoryObserver(client, "a", 4, pad_end_of_episodes=True,
-                                      tile_end_of_episodes=True) as o:
+    with observers.TrajectoryObserver(
+        client, "a", 4, pad_end_of_episodes=True, tile_end_of_episodes=True
+    ) as o:
         for t in counting_trajectories(2, 2):  # F M B: three steps, then the boundary
             o(t)
-        o(Trajectory(np.int32(LAST), np.int32(2), np.int32(0), (), np.int32(FIRST),
-                     np.float32(0), np.float32(1)))
+        o(
+            Trajectory(
+                np.int32(LAST),
+                np.int32(2),
+                np.int32(0),
+                (),
+                np.int32(FIRST),
+                np.float32(0),
+                np.float32(1),
+            )
+        )
     items = drain(client)
     # Windows of 4 ending in padding: F M B P, M B P P, B P P P.
     assert observations(items) == [[0, 1, 2, 0], [1, 2, 0, 0], [2, 0, 0, 0]]
     step_types = [np.asarray(s.data[0]).tolist() for s in items]
-    assert step_types == [[FIRST, MID, LAST, LAST], [MID, LAST, LAST, LAST],
-                          [LAST, LAST, LAST, LAST]]
+    assert step_types == [
+        [FIRST, MID, LAST, LAST],
+        [MID, LAST, LAST, LAST],
+        [LAST, LAST, LAST, LAST],
+    ]
     next_types = [np.asarray(s.data[3]).tolist() for s in items]
     assert next_types[-1] == [FIRST] * 4
     discounts = [np.asarray(s.data[5]).tolist() for s in items]
@@ -179,8 +229,9 @@ def test_pad_without_tile_writes_one_padded_window(queue_server):
 def test_dicts_and_trajectories_write_the_same(queue_server):
     client = queue_server.localhost_client()
     for as_dict, table in ((False, "a"), (True, "b")):
-        with observers.TrajectoryObserver(client, table, 3, stride_length=2,
-                                          pad_end_of_episodes=True) as o:
+        with observers.TrajectoryObserver(
+            client, table, 3, stride_length=2, pad_end_of_episodes=True
+        ) as o:
             for t in counting_trajectories(4, 9, as_dict=as_dict):
                 o(t)
     a, b = drain(client, "a"), drain(client, "b")

@@ -12,8 +12,14 @@ SPEC = reverb.TensorSpec((), np.int64)
 
 
 def _fifo_once(name="t", size=1000):
-    return reverb.Table(name, reverb.selectors.Fifo(), reverb.selectors.Fifo(), size,
-                        reverb.rate_limiters.MinSize(1), max_times_sampled=1)
+    return reverb.Table(
+        name,
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        size,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+    )
 
 
 def _write(client, table, episodes, priority=1.0):
@@ -21,7 +27,7 @@ def _write(client, table, episodes, priority=1.0):
         for ep in episodes:
             for x in ep:
                 w.append(np.int64(x))
-            w.create_item(table, priority, w.history[-len(ep):])
+            w.create_item(table, priority, w.history[-len(ep) :])
             w.end_episode()
 
 
@@ -36,8 +42,15 @@ def _as_lists(ds, limit=None):
 
 @pytest.fixture()
 def uniform(make_server):
-    server = make_server(reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      100, reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "u",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(1),
+        )
+    )
     return server
 
 
@@ -46,21 +59,25 @@ def test_exactly_one_of_server_address_or_local_server(uniform):
     with pytest.raises(ValueError, match="Exactly one of the server_address or local_server"):
         observers.ReplayBuffer(SPEC, "u", 2)
     with pytest.raises(ValueError, match="Exactly one"):
-        observers.ReplayBuffer(SPEC, "u", 2, server_address=uniform.localhost_client(),
-                               local_server=uniform)
+        observers.ReplayBuffer(
+            SPEC, "u", 2, server_address=uniform.localhost_client(), local_server=uniform
+        )
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(sequence_length=0), "sequence_length"),
-    (dict(dataset_buffer_size=0), "dataset_buffer_size"),
-    (dict(max_cycle_length=0), "max_cycle_length"),
-    (dict(num_workers_per_iterator=0), "num_workers_per_iterator"),
-    (dict(max_samples_per_stream=-2), "max_samples_per_stream"),
-    (dict(rate_limiter_timeout_ms=-5), "rate_limiter_timeout_ms"),
-    (dict(data_spec=[SPEC]), "lists"),
-    (dict(data_spec={"x": 3}), "data_spec"),
-    (dict(table_name=""), "table_name"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(sequence_length=0), "sequence_length"),
+        (dict(dataset_buffer_size=0), "dataset_buffer_size"),
+        (dict(max_cycle_length=0), "max_cycle_length"),
+        (dict(num_workers_per_iterator=0), "num_workers_per_iterator"),
+        (dict(max_samples_per_stream=-2), "max_samples_per_stream"),
+        (dict(rate_limiter_timeout_ms=-5), "rate_limiter_timeout_ms"),
+        (dict(data_spec=[SPEC]), "lists"),
+        (dict(data_spec={"x": 3}), "data_spec"),
+        (dict(table_name=""), "table_name"),
+    ],
+)
 def test_constructor_arguments(uniform, kwargs, name):
     kwargs = {"table_name": "u", **kwargs}
     with pytest.raises(ValueError, match=name):
@@ -115,8 +132,7 @@ def test_single_deterministic_pass_splits_variable_length_items(make_server):
     """TF-Agents' test: [1,2,3] and [10,20,30,40,50] read with num_steps=2."""
     server = make_server(_fifo_once())
     _write(server.localhost_client(), "t", [[1, 2, 3], [10, 20, 30, 40, 50]])
-    rb = observers.ReplayBuffer(SPEC, "t", None, local_server=server,
-                                rate_limiter_timeout_ms=100)
+    rb = observers.ReplayBuffer(SPEC, "t", None, local_server=server, rate_limiter_timeout_ms=100)
     ds = rb.as_dataset(num_steps=2, single_deterministic_pass=True)
     assert _as_lists(ds) == [[1, 2], [10, 20], [30, 40]]
 
@@ -139,8 +155,9 @@ def test_split_batches_and_preprocess(make_server):
     server = make_server(_fifo_once())
     _write(server.localhost_client(), "t", [[i * 10 + j for j in range(4)] for i in range(4)])
     rb = observers.ReplayBuffer(SPEC, "t", 4, local_server=server, rate_limiter_timeout_ms=100)
-    ds = rb.as_dataset(3, num_steps=2, single_deterministic_pass=True,
-                       sequence_preprocess_fn=lambda x: x * 2)
+    ds = rb.as_dataset(
+        3, num_steps=2, single_deterministic_pass=True, sequence_preprocess_fn=lambda x: x * 2
+    )
     got = [np.asarray(d).tolist() for d, _ in ds]
     assert got == [[[0, 2], [4, 6], [20, 22]], [[24, 26], [40, 42], [44, 46]]]
 
@@ -163,10 +180,23 @@ def test_sequence_length_mismatch_raises_when_iterated(uniform):
 
 def test_structure_from_data_spec_or_signature(make_server):
     sig = {"a": reverb.TensorSpec([2], np.int64), "b": reverb.TensorSpec([2, 3], np.float32)}
-    server = make_server(reverb.Table("s", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      10, reverb.rate_limiters.MinSize(1), signature=sig),
-                         reverb.Table("n", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      10, reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "s",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10,
+            reverb.rate_limiters.MinSize(1),
+            signature=sig,
+        ),
+        reverb.Table(
+            "n",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10,
+            reverb.rate_limiters.MinSize(1),
+        ),
+    )
     client = server.localhost_client()
     with client.trajectory_writer(2) as w:
         for t in range(2):
@@ -185,9 +215,15 @@ def test_structure_from_data_spec_or_signature(make_server):
 
 def test_torch_dataset_and_update_priorities(make_server):
     torch = pytest.importorskip("torch")
-    server = make_server(reverb.Table("p", reverb.selectors.Prioritized(1.0),
-                                      reverb.selectors.Fifo(), 100,
-                                      reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "p",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = server.localhost_client()
     _write(client, "p", [[i, i + 1] for i in range(0, 20, 2)])
     rb = observers.ReplayBuffer(SPEC, "p", 2, local_server=server)
@@ -199,7 +235,10 @@ def test_torch_dataset_and_update_priorities(make_server):
     # Priorities updated from the [B, T] keys a dataset gives: the item of key k gets 0.
     keys = info.key
     rb.update_priorities(keys, torch.zeros(4, dtype=torch.float64))
-    stored = {int(s.info.key): float(s.info.priority) for s in client.sample("p", 200, emit_timesteps=False)}
+    stored = {
+        int(s.info.key): float(s.info.priority)
+        for s in client.sample("p", 200, emit_timesteps=False)
+    }
     for k in np.unique(keys[:, 0].numpy()):
         assert int(k) not in stored  # priority 0: never sampled again
     with pytest.raises(ValueError, match="do not fit"):
@@ -227,12 +266,16 @@ def test_tf_dataset_matches_numpy(make_server):
     _write(client, "tf", episodes)
     got = {}
     for name, fw in (("np", "numpy"), ("tf", "tf")):
-        rb = observers.ReplayBuffer(SPEC, name, None, local_server=server,
-                                    rate_limiter_timeout_ms=100)
+        rb = observers.ReplayBuffer(
+            SPEC, name, None, local_server=server, rate_limiter_timeout_ms=100
+        )
         ds = rb.as_dataset(num_steps=2, single_deterministic_pass=True, framework=fw)
         got[name] = [(np.asarray(d).tolist(), np.asarray(i.key).shape) for d, i in ds]
-    assert got["np"] == got["tf"] == [([1, 2], (2,)), ([10, 20], (2,)), ([30, 40], (2,)),
-                                      ([4, 5], (2,)), ([6, 7], (2,))]
+    assert (
+        got["np"]
+        == got["tf"]
+        == [([1, 2], (2,)), ([10, 20], (2,)), ([30, 40], (2,)), ([4, 5], (2,)), ([6, 7], (2,))]
+    )
 
 
 def test_observers_end_to_end_to_dataset(queue_server):
@@ -248,8 +291,7 @@ def test_observers_end_to_end_to_dataset(queue_server):
         observer.on_step(obs, actions, rewards, terminated, truncated, info)
     observer.flush()
     spec = observers.gym_step_spec(envs.single_observation_space, envs.single_action_space)
-    rb = observers.ReplayBuffer(spec, "a", 2, local_server=queue_server,
-                                rate_limiter_timeout_ms=50)
+    rb = observers.ReplayBuffer(spec, "a", 2, local_server=queue_server, rate_limiter_timeout_ms=50)
     n = rb.num_frames()
     batches = list(rb.as_dataset(16, single_deterministic_pass=True))
     assert len(batches) == n // 16
@@ -262,8 +304,12 @@ def test_torch_dataloader_worker_processes(uniform):
     torch = pytest.importorskip("torch")
     _write(uniform.localhost_client(), "u", [[i, i + 1] for i in range(10)])
     rb = observers.ReplayBuffer(SPEC, "u", 2, local_server=uniform)
-    loader = torch.utils.data.DataLoader(rb.as_dataset(4, framework="torch"), batch_size=None,
-                                         num_workers=1, multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(
+        rb.as_dataset(4, framework="torch"),
+        batch_size=None,
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
     it = iter(loader)
     data, info = next(it)  # the worker reached the server over gRPC
     assert data.shape == (4, 2) and ((data[:, 1] - data[:, 0]) == 1).all()

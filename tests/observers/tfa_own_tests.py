@@ -45,10 +45,11 @@ def main() -> int:
     import tf_agents.replay_buffers as rb
 
     here = os.path.dirname(rb.__file__)
-    files = [os.path.join(here, "reverb_utils_test.py"),
-             os.path.join(here, "reverb_replay_buffer_test.py")]
-    return pytest.main(["-q", "-p", "no:cacheprovider", *files, *sys.argv[1:]],
-                       plugins=[_Patch()])
+    files = [
+        os.path.join(here, "reverb_utils_test.py"),
+        os.path.join(here, "reverb_replay_buffer_test.py"),
+    ]
+    return pytest.main(["-q", "-p", "no:cacheprovider", *files, *sys.argv[1:]], plugins=[_Patch()])
 
 
 if __name__ == "__main__":

@@ -60,12 +60,24 @@ class Tmux:
         self.tmux = need_tmux()
         self.socket = f"ostinato-test-{os.getpid()}-{next(_count)}"
         self.target = "t"
-        self._run("new-session", "-d", "-s", self.target, "-x", str(width), "-y", str(height),
-                  "-c", cwd or os.getcwd(), "bash --norc --noprofile")
+        self._run(
+            "new-session",
+            "-d",
+            "-s",
+            self.target,
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "-c",
+            cwd or os.getcwd(),
+            "bash --norc --noprofile",
+        )
 
     def _run(self, *args: str) -> str:
-        out = subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run(
+            [self.tmux, "-L", self.socket, *args], capture_output=True, text=True, timeout=20
+        )
         if out.returncode != 0:
             raise RuntimeError(f"tmux {args[0]} failed: {out.stderr.strip()}")
         return out.stdout

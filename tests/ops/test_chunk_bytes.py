@@ -17,8 +17,14 @@ def _exact(store: ChunkStore) -> int:
     return sum(c.nbytes for c in store.chunks())
 
 
-ops = st.lists(st.tuples(st.sampled_from(["acquire", "release", "resize", "move"]),
-                         st.integers(0, 5), st.integers(0, 10_000)), max_size=60)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "release", "resize", "move"]),
+        st.integers(0, 5),
+        st.integers(0, 10_000),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=200, deadline=None)

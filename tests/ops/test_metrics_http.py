@@ -40,10 +40,17 @@ def _one(samples, name, **labels):
 
 def test_server_endpoint_exports_the_same_values_as_metrics(tmp_path, make_server):
     server = make_server(
-        reverb.Table("replay", reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(), 100,
-                     reverb.rate_limiters.SampleToInsertRatio(2.0, 2, (0.0, 20.0))),
+        reverb.Table(
+            "replay",
+            reverb.selectors.Prioritized(0.6),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.SampleToInsertRatio(2.0, 2, (0.0, 20.0)),
+        ),
         reverb.Table.queue("q", 5),
-        checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path)), metrics_port=0)
+        checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path)),
+        metrics_port=0,
+    )
     assert isinstance(server.metrics_port, int) and server.metrics_port > 0
     remote = reverb.Client(f"localhost:{server.port}", in_process=False, unavailable_timeout=5)
     try:
@@ -69,8 +76,10 @@ def test_server_endpoint_exports_the_same_values_as_metrics(tmp_path, make_serve
     assert _one(got, "ostinato_table_inserts_total", table="replay") == 6
     assert _one(got, "ostinato_table_samples_total", table="replay") == 4
     assert _one(got, "ostinato_table_size", table="q") == 0
-    assert _one(got, "ostinato_table_info", table="replay", sampler="prioritized(0.6)",
-                remover="fifo") == 1
+    assert (
+        _one(got, "ostinato_table_info", table="replay", sampler="prioritized(0.6)", remover="fifo")
+        == 1
+    )
     s = values["server"]
     assert _one(got, "ostinato_server_chunk_bytes") == s["chunk_bytes"] > 0
     assert _one(got, "ostinato_server_chunks") == s["chunks"]
@@ -83,7 +92,8 @@ def test_server_endpoint_exports_the_same_values_as_metrics(tmp_path, make_serve
     ck = s["checkpoint"]
     assert _one(got, "ostinato_checkpoint_last_size_bytes") == ck["last_bytes"] > 0
     assert _one(got, "ostinato_checkpoint_last_duration_seconds") == pytest.approx(
-        ck["last_seconds"])
+        ck["last_seconds"]
+    )
     assert 0 <= _one(got, "ostinato_checkpoint_age_seconds") < 60
     # this process's writer (to the server over gRPC) and the process itself
     addr = f"localhost:{server.port}"
@@ -91,13 +101,18 @@ def test_server_endpoint_exports_the_same_values_as_metrics(tmp_path, make_serve
     assert _one(got, "ostinato_writer_items_pending", address=addr) == 0
     count = _one(got, "ostinato_writer_confirmation_latency_seconds_count", address=addr)
     assert count >= 1
-    assert _one(got, "ostinato_writer_confirmation_latency_seconds_bucket", address=addr,
-                le="+Inf") == count
+    assert (
+        _one(got, "ostinato_writer_confirmation_latency_seconds_bucket", address=addr, le="+Inf")
+        == count
+    )
     assert "process_resident_memory_bytes" in got
     # every documented metric is exported (the checkpoint restore gauge only after a restore)
     names = {re.sub(r"_(total|count|sum|bucket)$", "", n) for n in got}
-    missing = {n for n in ops_metrics.METRICS
-               if n not in names and n != "ostinato_checkpoint_restore_duration_seconds"}
+    missing = {
+        n
+        for n in ops_metrics.METRICS
+        if n not in names and n != "ostinato_checkpoint_restore_duration_seconds"
+    }
     assert not missing
 
 
@@ -139,8 +154,11 @@ def test_serve_for_an_actor_process_exports_its_writers(make_server):
         assert "ostinato_table_size" not in got and "process_cpu_seconds_total" not in got
         assert _one(got, "ostinato_writer_items_confirmed_total", address=addr) >= 10
         assert _one(got, "ostinato_writer_requests_confirmed_total", address=addr) >= 1
-        bounds = [float(dict(k)["le"]) for k in got[
-            "ostinato_writer_confirmation_latency_seconds_bucket"] if dict(k)["address"] == addr]
+        bounds = [
+            float(dict(k)["le"])
+            for k in got["ostinato_writer_confirmation_latency_seconds_bucket"]
+            if dict(k)["address"] == addr
+        ]
         assert sorted(bounds) == [*LATENCY_BUCKETS, math.inf]
     finally:
         client.close()
@@ -149,21 +167,38 @@ def test_serve_for_an_actor_process_exports_its_writers(make_server):
 
 def test_ostinato_server_metrics_port_flag(tmp_path):
     config = tmp_path / "server.toml"
-    config.write_text(textwrap.dedent("""
+    config.write_text(
+        textwrap.dedent("""
         [[tables]]
         table_name = "replay"
         sampler = { uniform = true }
         remover = { fifo = true }
         max_size = 100
         rate_limiter = { samples_per_insert = 1.0, min_size_to_sample = 1 }
-        """))
+        """)
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         mport = s.getsockname()[1]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "ostinato.server_cli", "--config", str(config),
-                             "--port", "0", "--metrics-port", str(mport), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ostinato.server_cli",
+            "--config",
+            str(config),
+            "--port",
+            "0",
+            "--metrics-port",
+            str(mport),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
         assert "listening on port" in line, proc.stderr.read() if proc.poll() is not None else line
@@ -212,8 +247,5 @@ def test_metrics_without_prometheus_client_installed():
         s.stop()
         print("OK")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
-
-

@@ -24,8 +24,13 @@ def _store_bytes(server):
 
 def _ratio_table(name="t"):
     # 3 inserts are admitted before any sample; the 4th waits ((3 + 1) * 1 - 0 > max_diff 3).
-    return reverb.Table(name, reverb.selectors.Fifo(), reverb.selectors.Fifo(), 100,
-                        reverb.rate_limiters.SampleToInsertRatio(1.0, 2, (0.0, 3.0)))
+    return reverb.Table(
+        name,
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.SampleToInsertRatio(1.0, 2, (0.0, 3.0)),
+    )
 
 
 class _Timed(threading.Thread):
@@ -43,8 +48,15 @@ class _Timed(threading.Thread):
 
 
 def test_counters_sizes_and_bytes_after_known_operations(make_server):
-    server = make_server(reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      5, reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "u",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            5,
+            reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = server.localhost_client()
     with client.trajectory_writer(2) as w:
         for i in range(8):
@@ -97,8 +109,15 @@ def test_blocked_inserter_is_counted_while_it_waits_and_for_as_long(make_server)
 
 
 def test_blocked_samplers_are_counted_and_timed(make_server):
-    server = make_server(reverb.Table("m", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      100, reverb.rate_limiters.MinSize(3)))
+    server = make_server(
+        reverb.Table(
+            "m",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(3),
+        )
+    )
     client = server.localhost_client()
     threads = [_Timed(lambda: next(client.sample("m", timeout=30))) for _ in range(2)]
     for th in threads:
@@ -176,8 +195,15 @@ def test_failed_requests_are_counted_by_status(make_server):
 
 
 def test_chunk_bytes_follow_remote_chunks_that_grow_and_local_chunks_that_are_trimmed(make_server):
-    server = make_server(reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                      50, reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "u",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            50,
+            reverb.rate_limiters.MinSize(1),
+        )
+    )
     rng = np.random.default_rng(0)
     local = server.localhost_client()
     remote = reverb.Client(f"localhost:{server.port}", in_process=False, unavailable_timeout=5)
@@ -215,8 +241,10 @@ def test_checkpoint_duration_size_and_age(tmp_path, make_server):
     assert 0 < c["last_seconds"] < 30
     assert 0.05 <= c["age_seconds"] < 30
     server.stop()
-    again = make_server(reverb.Table.queue("q", 10),
-                        checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path / "c")))
+    again = make_server(
+        reverb.Table.queue("q", 10),
+        checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path / "c")),
+    )
     c = again.metrics()["server"]["checkpoint"]
     assert c["restore_path"] == path and c["restore_seconds"] > 0
 

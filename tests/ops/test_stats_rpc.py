@@ -22,8 +22,7 @@ from ostinato.wire import protocol
 def _raw(address, payload, metadata=()):
     with grpc.insecure_channel(address) as ch:
         try:
-            return grpc.StatusCode.OK, ch.unary_unary(STATS)(payload, timeout=10,
-                                                              metadata=metadata)
+            return grpc.StatusCode.OK, ch.unary_unary(STATS)(payload, timeout=10, metadata=metadata)
         except grpc.RpcError as e:
             return e.code(), e.details()
 
@@ -36,10 +35,18 @@ def live():
     server.stop()
 
 
-@pytest.mark.parametrize("payload", [
-    b"", b"\xc1", b"garbage that is not msgpack \xff\xfe", msgpack.packb([1, 2, 3]),
-    msgpack.packb(7), msgpack.packb("a string"), b"OSF1\x00\x00\x00\x00",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\xc1",
+        b"garbage that is not msgpack \xff\xfe",
+        msgpack.packb([1, 2, 3]),
+        msgpack.packb(7),
+        msgpack.packb("a string"),
+        b"OSF1\x00\x00\x00\x00",
+    ],
+)
 def test_malformed_stats_requests_are_refused_and_change_nothing(live, payload):
     before = live.metrics()["tables"]
     code, details = _raw(f"localhost:{live.port}", payload)
@@ -63,8 +70,13 @@ def test_a_map_with_unknown_fields_is_answered(live):
         client.close()
 
 
-_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
-                    st.floats(allow_nan=True), st.text(max_size=5))
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+)
 _good = _scalar
 for _ in range(2):  # maps nested twice (the reader allows a few levels, not any depth)
     _good = st.one_of(_scalar, st.dictionaries(st.text(max_size=4), _good, max_size=4))
@@ -77,12 +89,20 @@ def test_well_formed_replies_are_read_back_as_sent(tables, extra):
     assert protocol.parse_stats_reply(msgpack.unpackb(msgpack.packb(msg))) is not None
 
 
-@pytest.mark.parametrize("reply", [
-    None, [], {"server": {}}, {"tables": {}}, {"server": [], "tables": {}},
-    {"server": {}, "tables": {"t": {1: 2}}}, {"server": {"b": b"bytes"}, "tables": {}},
-    {"server": {"l": ["a"]}, "tables": {}},
-    {"server": {"d": {"d": {"d": {"d": {"d": {"d": {"d": 1}}}}}}}, "tables": {}},
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        None,
+        [],
+        {"server": {}},
+        {"tables": {}},
+        {"server": [], "tables": {}},
+        {"server": {}, "tables": {"t": {1: 2}}},
+        {"server": {"b": b"bytes"}, "tables": {}},
+        {"server": {"l": ["a"]}, "tables": {}},
+        {"server": {"d": {"d": {"d": {"d": {"d": {"d": {"d": 1}}}}}}}, "tables": {}},
+    ],
+)
 def test_malformed_replies_raise_decode_error(reply):
     with pytest.raises(DecodeError):
         protocol.parse_stats_reply(reply)
@@ -127,8 +147,13 @@ def test_a_server_without_stats_is_described_from_server_info(old_server):
 
 def test_sharded_values_are_merged_and_kept_per_shard(make_server):
     def table():
-        return reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
-                            reverb.rate_limiters.MinSize(1))
+        return reverb.Table(
+            "t",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(1),
+        )
 
     a, b = make_server(table()), make_server(table())
     for server, n in ((a, 3), (b, 5)):
@@ -168,15 +193,27 @@ def test_a_shard_that_does_not_answer_is_reported_and_left_out(make_server):
 
 def test_merge_takes_the_stalest_checkpoint_and_the_youngest_uptime():
     def shard(up, last, saves):
-        return {"source": "stats", "tables": {}, "server": {
-            "uptime_seconds": up, "chunks": 1, "chunk_bytes": 10, "writer_streams": 0,
-            "rings_mapped": 0, "ring_streams": 0, "ring_bytes": 0,
-            "requests": {"Sample": {"OK": 2}}, "received_bytes": {"Sample": 5},
-            "sent_bytes": {},
-            "checkpoint": {"last_time": last, "saves": saves, "failures": 0}}}
+        return {
+            "source": "stats",
+            "tables": {},
+            "server": {
+                "uptime_seconds": up,
+                "chunks": 1,
+                "chunk_bytes": 10,
+                "writer_streams": 0,
+                "rings_mapped": 0,
+                "ring_streams": 0,
+                "ring_bytes": 0,
+                "requests": {"Sample": {"OK": 2}},
+                "received_bytes": {"Sample": 5},
+                "sent_bytes": {},
+                "checkpoint": {"last_time": last, "saves": saves, "failures": 0},
+            },
+        }
 
-    m = ops_stats.merge([shard(100.0, 50.0, 1), shard(10.0, 40.0, 2), {"address": "x",
-                                                                        "error": "down"}])
+    m = ops_stats.merge(
+        [shard(100.0, 50.0, 1), shard(10.0, 40.0, 2), {"address": "x", "error": "down"}]
+    )
     s = m["server"]
     assert s["uptime_seconds"] == 10.0 and s["chunk_bytes"] == 20
     assert s["checkpoint"]["last_time"] == 40.0 and s["checkpoint"]["saves"] == 3

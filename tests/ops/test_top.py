@@ -32,18 +32,45 @@ def _text(renderable, width=120) -> str:
 
 
 def _values(inserts, samples, blocked_ins=0, ins_secs=0.0, age=12.0):
-    table = {"size": min(inserts, 100), "max_size": 100, "inserts": inserts,
-             "samples": samples, "samples_per_insert": 2.0, "diff": inserts * 2.0 - samples,
-             "min_diff": 0.0, "max_diff": 50.0, "blocked_inserters": blocked_ins,
-             "blocked_samplers": 0, "insert_blocked_seconds": ins_secs,
-             "sample_blocked_seconds": 0.0}
-    server = {"uptime_seconds": 3700.0, "chunk_bytes": 3 << 20, "chunks": 42,
-              "writer_streams": 2, "rings_mapped": 1, "requests": {"Sample": {"OK": samples}},
-              "received_bytes": {"Insert": inserts * 100}, "sent_bytes": {},
-              "checkpoint": {"last_time": 1.0, "age_seconds": age, "last_seconds": 0.5,
-                             "last_bytes": 2048, "saves": 3, "failures": 0}}
-    one = {"address": "h:1", "source": "stats", "version": "0.1.0", "server": server,
-           "tables": {"replay": table}}
+    table = {
+        "size": min(inserts, 100),
+        "max_size": 100,
+        "inserts": inserts,
+        "samples": samples,
+        "samples_per_insert": 2.0,
+        "diff": inserts * 2.0 - samples,
+        "min_diff": 0.0,
+        "max_diff": 50.0,
+        "blocked_inserters": blocked_ins,
+        "blocked_samplers": 0,
+        "insert_blocked_seconds": ins_secs,
+        "sample_blocked_seconds": 0.0,
+    }
+    server = {
+        "uptime_seconds": 3700.0,
+        "chunk_bytes": 3 << 20,
+        "chunks": 42,
+        "writer_streams": 2,
+        "rings_mapped": 1,
+        "requests": {"Sample": {"OK": samples}},
+        "received_bytes": {"Insert": inserts * 100},
+        "sent_bytes": {},
+        "checkpoint": {
+            "last_time": 1.0,
+            "age_seconds": age,
+            "last_seconds": 0.5,
+            "last_bytes": 2048,
+            "saves": 3,
+            "failures": 0,
+        },
+    }
+    one = {
+        "address": "h:1",
+        "source": "stats",
+        "version": "0.1.0",
+        "server": server,
+        "tables": {"replay": table},
+    }
     return {**one, "shards": [one]}
 
 
@@ -97,21 +124,45 @@ def test_a_min_size_limiter_has_no_ratio_target():
 
 def test_formatting():
     assert [fmt_count(x) for x in (None, 5, 1234, 123_456, 12_345_678, 2.5, 1.8e308)] == [
-        "-", "5", "1,234", "123k", "12.3M", "2.50", "∞"]
+        "-",
+        "5",
+        "1,234",
+        "123k",
+        "12.3M",
+        "2.50",
+        "∞",
+    ]
     assert [fmt_short(x) for x in (950, 4000, 12_500, 2e6, -1.8e308, 0.5)] == [
-        "950", "4k", "12.5k", "2M", "-∞", "0.50"]
+        "950",
+        "4k",
+        "12.5k",
+        "2M",
+        "-∞",
+        "0.50",
+    ]
     assert [fmt_rate(x) for x in (None, 3.14, 395.9, 3111.5)] == ["-", "3.1", "396", "3,112"]
     assert fmt_bytes(1536) == "1.5 KiB" and fmt_bytes(10) == "10 B"
     assert [fmt_seconds(x) for x in (0.25, 5, 125, 7300, 200_000)] == [
-        "250 ms", "5.0 s", "2m 05s", "2h 01m", "2d 7h"]
+        "250 ms",
+        "5.0 s",
+        "2m 05s",
+        "2h 01m",
+        "2d 7h",
+    ]
 
 
 # -- a real terminal ------------------------------------------------------------------------------
 def _ratio_server(make_server):
     return make_server(
-        reverb.Table("replay", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                     reverb.rate_limiters.SampleToInsertRatio(1.0, 5, (0.0, 10.0))),
-        reverb.Table.queue("queue", 50))
+        reverb.Table(
+            "replay",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            1000,
+            reverb.rate_limiters.SampleToInsertRatio(1.0, 5, (0.0, 10.0)),
+        ),
+        reverb.Table.queue("queue", 50),
+    )
 
 
 def _restored(screen: str) -> bool:
@@ -142,16 +193,26 @@ def test_top_in_a_real_terminal_quits_and_restores_it(make_server, quit_key):
     th.start()
     try:
         with Tmux(120, 40, cwd=str(ROOT)) as term:
-            term.type(f"{OSTINATO} top {address} --interval 0.3; echo EXIT=$?; "
-                      "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$'")
+            term.type(
+                f"{OSTINATO} top {address} --interval 0.3; echo EXIT=$?; "
+                "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$'"
+            )
             screen = term.wait_for(
-                lambda s: "replay" in s and "queue" in s and re.search(r"\d+ / 1k", s)
-                and "samples/insert" in s, what="the tables")
+                lambda s: (
+                    "replay" in s
+                    and "queue" in s
+                    and re.search(r"\d+ / 1k", s)
+                    and "samples/insert" in s
+                ),
+                what="the tables",
+            )
             assert f"ostinato top  {address}" in screen
             assert "q quit" in screen
             # the rates appear from the second refresh on
-            term.wait_for(lambda s: re.search(r"replay\s+\S+\s+[\d,]+ / 1k\s+[\d.,k]+\s+",
-                                              s) is not None, what="rates")
+            term.wait_for(
+                lambda s: re.search(r"replay\s+\S+\s+[\d,]+ / 1k\s+[\d.,k]+\s+", s) is not None,
+                what="rates",
+            )
             term.keys(quit_key)
             screen = term.wait_for(_restored, timeout=15, what="top to exit")
             assert "samples/insert" not in screen  # the alternate screen was left
@@ -171,8 +232,9 @@ def test_top_shows_an_older_server_and_an_unreachable_one(make_server):
     try:
         with Tmux(120, 30, cwd=str(ROOT)) as term:
             term.type(f"{OSTINATO} top {old_address} --interval 0.3; echo EXIT=$?")
-            screen = term.wait_for(lambda s: "without the Stats call" in s and "1 / 10" in s,
-                                   what="the fallback view")
+            screen = term.wait_for(
+                lambda s: "without the Stats call" in s and "1 / 10" in s, what="the fallback view"
+            )
             assert "n/a" in screen
             term.keys("q")
             term.wait_for(lambda s: "EXIT=0" in s, timeout=15, what="exit")
@@ -188,8 +250,13 @@ def test_top_shows_an_older_server_and_an_unreachable_one(make_server):
 
 # -- ostinato info ------------------------------------------------------------------------------
 def _info(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "ostinato.ops", "info", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "ostinato.ops", "info", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_info_json_for_scripts(make_server):
@@ -222,8 +289,9 @@ def test_token_and_tls_options_reach_the_server(make_server, tmp_path):
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("localhost")
-    tls = reverb.ServerTLS(b"".join(c.bytes() for c in cert.cert_chain_pems),
-                           cert.private_key_pem.bytes())
+    tls = reverb.ServerTLS(
+        b"".join(c.bytes() for c in cert.cert_chain_pems), cert.private_key_pem.bytes()
+    )
     server = make_server(reverb.Table.queue("q", 10), token="s3cret", tls=tls)
     server.localhost_client().insert(np.ones(1), {"q": 1.0})
     ca_file = tmp_path / "ca.pem"

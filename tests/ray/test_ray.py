@@ -22,28 +22,52 @@ from ostinato.ray import ShardGroup, start_shards
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(reverb.__file__)))
 
-CONFIG = {"tables": [{
-    "table_name": "t", "sampler": {"uniform": True}, "remover": {"fifo": True},
-    "max_size": 10_000, "rate_limiter": {"samples_per_insert": 1.0, "min_size_to_sample": 1,
-                                         "min_diff": -1e300, "max_diff": 1e300}}]}
+CONFIG = {
+    "tables": [
+        {
+            "table_name": "t",
+            "sampler": {"uniform": True},
+            "remover": {"fifo": True},
+            "max_size": 10_000,
+            "rate_limiter": {
+                "samples_per_insert": 1.0,
+                "min_size_to_sample": 1,
+                "min_diff": -1e300,
+                "max_diff": 1e300,
+            },
+        }
+    ]
+}
 
 
 def make_tables():
     """The tables of the kill/restore test: 'replay' for the learner, 'audit' (a queue) to
     read every item back at the end."""
-    return [reverb.Table("replay", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100_000,
-                         reverb.rate_limiters.MinSize(1)),
-            reverb.Table.queue("audit", 100_000)]
+    return [
+        reverb.Table(
+            "replay",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            100_000,
+            reverb.rate_limiters.MinSize(1),
+        ),
+        reverb.Table.queue("audit", 100_000),
+    ]
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     # Workers import this module (the remote functions below), the shared test helpers it
     # imports (tests/_helpers.py) and this tree's ostinato.
-    path = os.pathsep.join(p for p in (HERE, os.path.dirname(HERE), SRC,
-                                       os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    path = os.pathsep.join(
+        p for p in (HERE, os.path.dirname(HERE), SRC, os.environ.get("PYTHONPATH")) if p
+    )
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
     yield
     ray.shutdown()
 
@@ -54,22 +78,28 @@ def _gone(pids, timeout=15.0):
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in alive
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         time.sleep(0.1)
     return not alive
 
 
 # -- arguments (no cluster needed) ---------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_shards": 0}, r"num_shards \(0\)"),
-    ({"strategy": "ANYWHERE"}, r"strategy \('ANYWHERE'\)"),
-    ({"ports": [9000]}, r"one port per shard"),
-    ({"ports": [9000, 9000]}, r"must not repeat"),
-    ({"ports": [0, 9000]}, r"0 is not a port"),
-    ({"checkpoint_every_seconds": 5}, r"need a checkpoint_dir"),
-    ({"detached": True}, r"needs a name"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_shards": 0}, r"num_shards \(0\)"),
+        ({"strategy": "ANYWHERE"}, r"strategy \('ANYWHERE'\)"),
+        ({"ports": [9000]}, r"one port per shard"),
+        ({"ports": [9000, 9000]}, r"must not repeat"),
+        ({"ports": [0, 9000]}, r"0 is not a port"),
+        ({"checkpoint_every_seconds": 5}, r"need a checkpoint_dir"),
+        ({"detached": True}, r"needs a name"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, match):
     args = {"num_shards": 2, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -135,9 +165,10 @@ def test_shards_serve_a_sharded_client_and_shut_down_cleanly(ray_cluster, tmp_pa
 def test_a_shard_that_cannot_start_fails_start_shards_quickly(ray_cluster, tmp_path):
     # A checkpoint written for other table settings: the shard's restore refuses it.
     other = dict(CONFIG["tables"][0], max_size=5)
-    with reverb.Server(cli.tables_from_config({"tables": [other]}),
-                       checkpointer=reverb.checkpointers.DefaultCheckpointer(
-                           str(tmp_path / "shard-000"))) as server:
+    with reverb.Server(
+        cli.tables_from_config({"tables": [other]}),
+        checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path / "shard-000")),
+    ) as server:
         server.checkpoint()
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="max_size"):
@@ -171,8 +202,9 @@ def _writer(group: ShardGroup, wid: int, seconds: float, per_flush: int) -> list
                 seq += 1
                 w.append({"id": np.int64(iid), "obs": np.full(4, iid % 1000, np.float32)})
                 for table in ("replay", "audit"):
-                    w.create_item(table, 1.0, {"id": w.history["id"][-1],
-                                               "obs": w.history["obs"][-1]})
+                    w.create_item(
+                        table, 1.0, {"id": w.history["id"][-1], "obs": w.history["obs"][-1]}
+                    )
                 ids.append(iid)
             w.flush(timeout_ms=60_000)
             out.append((time.time(), ids))
@@ -193,8 +225,9 @@ def _drain_ids(address: str) -> list[int]:
 
 @pytest.mark.slow
 def test_a_killed_shard_restarts_from_its_checkpoint_and_clients_carry_on(ray_cluster, tmp_path):
-    group = start_shards(make_tables, 2, num_cpus=0.25, checkpoint_dir=tmp_path,
-                         checkpoint_every_seconds=600)
+    group = start_shards(
+        make_tables, 2, num_cpus=0.25, checkpoint_dir=tmp_path, checkpoint_every_seconds=600
+    )
     stop = threading.Event()
     try:
         before = group.info()
@@ -211,16 +244,21 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_clients_carry_on(ray_cl
                 try:
                     b = learner.sample_batch("replay", 16, timeout=1)
                     samples.append((time.time(), len(b.info.key)))
-                    updated[0] += learner.update_priorities("replay", b.info.key,
-                                                            np.full(len(b.info.key), 2.0))
+                    updated[0] += learner.update_priorities(
+                        "replay", b.info.key, np.full(len(b.info.key), 2.0)
+                    )
                 except (errors.UnavailableError, errors.DeadlineExceededError) as e:
                     learner_errors.append(type(e).__name__)
                 time.sleep(0.01)
 
         thread = threading.Thread(target=learn, daemon=True)
         thread.start()
-        wait_until(lambda: learner.server_info(timeout=10)["audit"].current_size >= 200, 30,
-                   "the writers to get going", interval=0.05)
+        wait_until(
+            lambda: learner.server_info(timeout=10)["audit"].current_size >= 200,
+            30,
+            "the writers to get going",
+            interval=0.05,
+        )
 
         t_ckpt = time.time()  # everything confirmed before this must survive
         ckpt_path = ray.get(group.actors[0].checkpoint.remote(), timeout=30)

@@ -43,10 +43,15 @@ def collect(dataset_id, env_id, episodes, *, seed=0, max_episode_steps=None):
         items = [dict(zip(keys, item)) for item in drain(client, "online")]
     finally:
         server.stop()
-    dataset = env.create_dataset(dataset_id, algorithm_name="random", author="ostinato tests",
-                                 author_email="tests@example.org",
-                                 code_permalink="https://example.org", description="test data",
-                                 eval_env=env_id)
+    dataset = env.create_dataset(
+        dataset_id,
+        algorithm_name="random",
+        author="ostinato tests",
+        author_email="tests@example.org",
+        code_permalink="https://example.org",
+        description="test data",
+        eval_env=env_id,
+    )
     env.close()
     return dataset, items
 
@@ -68,10 +73,15 @@ def _first(tree):
 
 def episode(observations, actions, rewards, terminations, truncations, id=0):
     """A Minari-like episode (EpisodeData's fields) from lists."""
-    return SimpleNamespace(id=id, observations=observations, actions=actions,
-                           rewards=np.asarray(rewards, np.float64),
-                           terminations=np.asarray(terminations, bool),
-                           truncations=np.asarray(truncations, bool), infos={})
+    return SimpleNamespace(
+        id=id,
+        observations=observations,
+        actions=actions,
+        rewards=np.asarray(rewards, np.float64),
+        terminations=np.asarray(terminations, bool),
+        truncations=np.asarray(truncations, bool),
+        infos={},
+    )
 
 
 def counting_episode(n, id=0, start=0.0, terminated=True, obs_dim=2):
@@ -80,5 +90,11 @@ def counting_episode(n, id=0, start=0.0, terminated=True, obs_dim=2):
     actions = (10.0 * np.arange(n, dtype=np.float32))[:, None]
     ends, never = np.zeros(n, bool), np.zeros(n, bool)
     ends[-1] = True
-    return episode(obs, actions, np.arange(n) + 1.0, ends if terminated else never,
-                   never if terminated else ends, id=id)
+    return episode(
+        obs,
+        actions,
+        np.arange(n) + 1.0,
+        ends if terminated else never,
+        never if terminated else ends,
+        id=id,
+    )

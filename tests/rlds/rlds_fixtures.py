@@ -17,9 +17,16 @@ SINGLE = ([True], [True], [False])
 def steps(first, last, terminal, obs=None, **extra):
     """A dataset of RLDS steps; ``first``, ``last``, ``terminal`` are the flags per step."""
     n = len(first)
-    data = dict(observation=(obs or OBS)[:n], action=ACT[:n], reward=[1.0, 2.0, 3.0][:n],
-                discount=[1.0, 1.0, 0.5][:n], is_first=first, is_last=last,
-                is_terminal=terminal, **extra)
+    data = dict(
+        observation=(obs or OBS)[:n],
+        action=ACT[:n],
+        reward=[1.0, 2.0, 3.0][:n],
+        discount=[1.0, 1.0, 0.5][:n],
+        is_first=first,
+        is_last=last,
+        is_terminal=terminal,
+        **extra,
+    )
     return tf.data.Dataset.from_tensor_slices(data)
 
 

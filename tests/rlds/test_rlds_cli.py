@@ -37,8 +37,13 @@ def minari_env(tmp_path_factory):
 
 
 def ingest(env, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "ostinato.rlds", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ostinato.rlds", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def queue(name="t"):
@@ -48,8 +53,15 @@ def queue(name="t"):
 def test_minari_by_id(make_server, minari_env):
     env, _, steps, episodes = minari_env
     server = make_server(queue())
-    out = ingest(env, "cartpole/cli-v0", "--server", f"localhost:{server.port}", "--table",
-                 "t", "--no-progress")
+    out = ingest(
+        env,
+        "cartpole/cli-v0",
+        "--server",
+        f"localhost:{server.port}",
+        "--table",
+        "t",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr
     assert f"wrote {steps + episodes:,} steps of cartpole/cli-v0 (minari)" in out.stdout
     # Two-step windows: one per transition.
@@ -59,9 +71,23 @@ def test_minari_by_id(make_server, minari_env):
 def test_minari_by_path_windows_episodes_and_progress(make_server, minari_env):
     env, path, _, _ = minari_env
     server = make_server(queue("a"), queue("b"))
-    out = ingest(env, path / "cartpole" / "cli-v0", "--server", f"localhost:{server.port}",
-                 "--table", "a", "--table", "b", "--sequence-length", "3", "--episodes", "1",
-                 "--priority", "2.5", "--progress")
+    out = ingest(
+        env,
+        path / "cartpole" / "cli-v0",
+        "--server",
+        f"localhost:{server.port}",
+        "--table",
+        "a",
+        "--table",
+        "b",
+        "--sequence-length",
+        "3",
+        "--episodes",
+        "1",
+        "--priority",
+        "2.5",
+        "--progress",
+    )
     assert out.returncode == 0, out.stderr
     assert "steps/s" in out.stderr and "Pushed" in out.stderr  # the progress summary
     client = server.localhost_client()
@@ -90,11 +116,22 @@ def test_token(make_server, minari_env):
     server = make_server(queue(), token="s3cret")
     address = f"localhost:{server.port}"
     env = {k: v for k, v in env.items() if k != "OSTINATO_TOKEN"}
-    out = ingest(env, "cartpole/cli-v0", "--server", address, "--table", "t",
-                 "--connect-timeout", "2")
+    out = ingest(
+        env, "cartpole/cli-v0", "--server", address, "--table", "t", "--connect-timeout", "2"
+    )
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    out = ingest(env, "cartpole/cli-v0", "--server", address, "--table", "t", "--token",
-                 "s3cret", "--episodes", "1")
+    out = ingest(
+        env,
+        "cartpole/cli-v0",
+        "--server",
+        address,
+        "--table",
+        "t",
+        "--token",
+        "s3cret",
+        "--episodes",
+        "1",
+    )
     assert out.returncode == 0, out.stderr
     assert 0 < server.localhost_client().server_info()["t"].current_size < steps
 
@@ -116,21 +153,46 @@ def test_rlds_tfds_directory(make_server, minari_env, tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     from ostinato import rlds
 
-    features = tfds.features.FeaturesDict({"steps": tfds.features.Dataset({
-        "observation": tfds.features.Tensor(shape=(3,), dtype=np.float32),
-        "action": tfds.features.Tensor(shape=(2,), dtype=np.float32),
-        "reward": np.float32, "discount": np.float32,
-        "is_first": np.bool_, "is_last": np.bool_, "is_terminal": np.bool_})})
+    features = tfds.features.FeaturesDict(
+        {
+            "steps": tfds.features.Dataset(
+                {
+                    "observation": tfds.features.Tensor(shape=(3,), dtype=np.float32),
+                    "action": tfds.features.Tensor(shape=(2,), dtype=np.float32),
+                    "reward": np.float32,
+                    "discount": np.float32,
+                    "is_first": np.bool_,
+                    "is_last": np.bool_,
+                    "is_terminal": np.bool_,
+                }
+            )
+        }
+    )
 
     def episode(n, start):
-        return {"steps": [dict(observation=np.full(3, start + t, np.float32),
-                               action=np.full(2, t, np.float32), reward=np.float32(t),
-                               discount=np.float32(1.0), is_first=t == 0, is_last=t == n - 1,
-                               is_terminal=t == n - 1) for t in range(n)]}
+        return {
+            "steps": [
+                dict(
+                    observation=np.full(3, start + t, np.float32),
+                    action=np.full(2, t, np.float32),
+                    reward=np.float32(t),
+                    discount=np.float32(1.0),
+                    is_first=t == 0,
+                    is_last=t == n - 1,
+                    is_terminal=t == n - 1,
+                )
+                for t in range(n)
+            ]
+        }
 
     tfds.dataset_builders.store_as_tfds_dataset(
-        "toy_rlds", "1.0.0", features, {"train": [(0, episode(4, 0)), (1, episode(3, 100))]},
-        data_dir=str(tmp_path), disable_shuffling=True)
+        "toy_rlds",
+        "1.0.0",
+        features,
+        {"train": [(0, episode(4, 0)), (1, episode(3, 100))]},
+        data_dir=str(tmp_path),
+        disable_shuffling=True,
+    )
     directory = tmp_path / "toy_rlds"  # the newest version below it is found
     data = cli.load_rlds(str(directory), "train")
     signature = rlds.create_trajectory_data_signature(data)
@@ -143,7 +205,8 @@ def test_rlds_tfds_directory(make_server, minari_env, tmp_path):
     items = [client.sample_batch("t", 1).data for _ in range(5)]
     observations = [np.asarray(i.observation)[0, :, 0].tolist() for i in items]
     assert observations == [[0, 1], [1, 2], [2, 3], [100, 101], [101, 102]]
-    out = ingest(env, directory, "--server", f"localhost:{server.port}", "--table", "t",
-                 "--split", "test")
+    out = ingest(
+        env, directory, "--server", f"localhost:{server.port}", "--table", "t", "--split", "test"
+    )
     assert out.returncode == 1 and "has splits ['train']" in out.stderr
     del tf

@@ -24,10 +24,17 @@ def trajectories_of(lengths, obs_dim=2):
         for t in range(n + 1):
             step_type = F if t == 0 else (L if t == n else M)
             next_type = F if t == n else (L if t == n - 1 else M)
-            rows.append(Trajectory(np.int32(step_type),
-                                   np.full(obs_dim, 100 * e + t, np.float32),
-                                   np.array([t], np.int64), (), np.int32(next_type),
-                                   np.float32(t), np.float32(1.0)))
+            rows.append(
+                Trajectory(
+                    np.int32(step_type),
+                    np.full(obs_dim, 100 * e + t, np.float32),
+                    np.array([t], np.int64),
+                    (),
+                    np.int32(next_type),
+                    np.float32(t),
+                    np.float32(1.0),
+                )
+            )
     return rows
 
 
@@ -44,18 +51,28 @@ def items(client, table):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lengths=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-       length=st.integers(1, 4), stride=st.integers(1, 3), pad=st.booleans(),
-       tile=st.booleans(), cuts=st.lists(st.integers(0, 30), max_size=4))
+@given(
+    lengths=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    length=st.integers(1, 4),
+    stride=st.integers(1, 3),
+    pad=st.booleans(),
+    tile=st.booleans(),
+    cuts=st.lists(st.integers(0, 30), max_size=4),
+)
 def test_table_sink_writes_the_observers_items(lengths, length, stride, pad, tile, cuts):
     tile = tile and pad
     rows = trajectories_of(lengths)
     server = reverb.Server([reverb.Table.queue("a", 10_000), reverb.Table.queue("b", 10_000)])
     try:
         client = server.localhost_client()
-        with observers.TrajectoryObserver(client, "a", length, stride_length=stride,
-                                          pad_end_of_episodes=pad,
-                                          tile_end_of_episodes=tile) as observer:
+        with observers.TrajectoryObserver(
+            client,
+            "a",
+            length,
+            stride_length=stride,
+            pad_end_of_episodes=pad,
+            tile_end_of_episodes=tile,
+        ) as observer:
             for row in rows:
                 observer(row)
         sink = TableSink(client, "b", length, stride, 1.0, pad, tile)
@@ -86,6 +103,7 @@ def test_table_sink_checks_its_arguments():
 
 # -- numpy conversion against tf.data's ------------------------------------------------------
 
+
 def _random_episodes(rng, corrupt):
     """Flags per episode, sometimes corrupted; returns ``[(first, last, terminal), ...]``."""
     out = []
@@ -110,10 +128,19 @@ def _rlds(tf, episodes, nested):
         obs = np.arange(base, base + n, dtype=np.float32)[:, None] * [1.0, -1.0]
         base += 100
         observation = {"a": obs, "b": obs[:, :1].astype(np.int32)} if nested else obs
-        datasets.append(tf.data.Dataset.from_tensor_slices(dict(
-            observation=observation, action=np.arange(n, dtype=np.int64)[:, None],
-            reward=np.arange(n, dtype=np.float32), discount=np.full(n, 0.5, np.float32),
-            is_first=first, is_last=last, is_terminal=terminal)))
+        datasets.append(
+            tf.data.Dataset.from_tensor_slices(
+                dict(
+                    observation=observation,
+                    action=np.arange(n, dtype=np.int64)[:, None],
+                    reward=np.arange(n, dtype=np.float32),
+                    discount=np.full(n, 0.5, np.float32),
+                    is_first=first,
+                    is_last=last,
+                    is_terminal=terminal,
+                )
+            )
+        )
     return tf.data.Dataset.from_tensor_slices({"steps": datasets})
 
 
@@ -121,8 +148,9 @@ def _tf_results(rlds_data):
     from ostinato.rlds.convert import _indexed_trajectories
 
     out = []
-    for i, j, error, traj in _indexed_trajectories(rlds_data, None, lazy_errors=False
-                                                   ).as_numpy_iterator():
+    for i, j, error, traj in _indexed_trajectories(
+        rlds_data, None, lazy_errors=False
+    ).as_numpy_iterator():
         if error:
             return out, error.decode()
         out.append((int(i), int(j), optree.tree_map(np.asarray, tuple(traj))))
@@ -140,8 +168,13 @@ def _numpy_results(rlds_data, read_batch):
         limit = chunk.error[0] if chunk.error else len(chunk)
         leaves, treedef = optree.tree_flatten(tuple(chunk.trajectory), none_is_leaf=False)
         for k in range(limit):
-            out.append((int(chunk.episode[k]), int(chunk.step[k]),
-                        optree.tree_unflatten(treedef, [x[k] for x in leaves])))
+            out.append(
+                (
+                    int(chunk.episode[k]),
+                    int(chunk.step[k]),
+                    optree.tree_unflatten(treedef, [x[k] for x in leaves]),
+                )
+            )
         if chunk.error:
             return out, chunk.error[1]
     return out, None

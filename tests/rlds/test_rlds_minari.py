@@ -68,8 +68,7 @@ def as_fields(item):
 
 @pytest.mark.parametrize("networked", [False, True], ids=["embedded", "networked"])
 @pytest.mark.parametrize("which", ["cartpole", "pendulum"])
-def test_items_are_what_the_observer_wrote_while_collecting(make_server, request, networked,
-                                                             which):
+def test_items_are_what_the_observer_wrote_while_collecting(make_server, request, networked, which):
     dataset, online = request.getfixturevalue(which)
     server = make_server(table(dataset))
     client = client_for(server, networked)
@@ -117,9 +116,15 @@ def test_no_tensorflow_is_imported(cartpole):
         "s = reverb.Server([reverb.Table.queue('t', 10**5, "
         "signature=rlds.create_minari_trajectory_signature(ds))])\n"
         "n = rlds.push_minari_to_table(ds, s.localhost_client(), 't', progress=False)\n"
-        "print(n, any(m.split('.')[0] in ('tensorflow', 'tf_agents') for m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ), timeout=120)
+        "print(n, any(m.split('.')[0] in ('tensorflow', 'tf_agents') for m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     dataset, _ = cartpole
     assert out.stdout.split() == [str(dataset.total_steps + dataset.total_episodes), "False"]
@@ -148,23 +153,34 @@ def test_signature_mismatch_names_the_column(make_server, cartpole, pendulum):
 def test_missing_table_is_named(make_server, cartpole):
     server = make_server(table(name="other"))
     with pytest.raises(reverb.errors.TableNotFoundError, match="nope"):
-        rlds.push_minari_to_table(cartpole[0], server.localhost_client(), "nope",
-                                  progress=False)
+        rlds.push_minari_to_table(cartpole[0], server.localhost_client(), "nope", progress=False)
 
 
 def test_longer_windows_several_tables_and_padding(make_server):
     episodes = [counting_episode(4, id=0), counting_episode(1, id=1, start=100)]
     server = make_server(table(episodes, name="a"), table(episodes, name="b"))
     client = server.localhost_client()
-    n = rlds.push_minari_to_table(episodes, client, ["a", "b"], sequence_length=3,
-                                  pad_end_of_episodes=True, tile_end_of_episodes=True,
-                                  progress=False)
+    n = rlds.push_minari_to_table(
+        episodes,
+        client,
+        ["a", "b"],
+        sequence_length=3,
+        pad_end_of_episodes=True,
+        tile_end_of_episodes=True,
+        progress=False,
+    )
     assert n == 5 + 2
     items = trajectories(client, "a")
     # TF-Agents' tiling: every window running into the padding (zeros, LAST -> FIRST).
     assert [i.observation[:, 0].tolist() for i in items] == [
-        [0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 0], [4, 0, 0],
-        [100, 101, 0], [101, 0, 0]]
+        [0, 1, 2],
+        [1, 2, 3],
+        [2, 3, 4],
+        [3, 4, 0],
+        [4, 0, 0],
+        [100, 101, 0],
+        [101, 0, 0],
+    ]
     assert items[3].step_type.tolist() == [M, L, L]
     assert items[3].next_step_type.tolist() == [L, F, F]
     in_b = trajectories(client, "b")  # the same items in b (the data stored once)
@@ -173,12 +189,16 @@ def test_longer_windows_several_tables_and_padding(make_server):
 
 def test_dict_observations_stay_nests(make_server):
     n = 3
-    obs = {"pos": np.arange(n + 1, dtype=np.float32)[:, None],
-           "flag": np.arange(n + 1, dtype=np.int64)}
+    obs = {
+        "pos": np.arange(n + 1, dtype=np.float32)[:, None],
+        "flag": np.arange(n + 1, dtype=np.int64),
+    }
     eps = [episode(obs, np.zeros((n, 2), np.float32), [1.0] * n, [0, 0, 1], [0, 0, 0])]
     spec = rlds.create_minari_trajectory_spec(eps)
-    assert spec.observation == {"flag": reverb.TensorSpec((), np.int64),
-                                "pos": reverb.TensorSpec((1,), np.float32)}
+    assert spec.observation == {
+        "flag": reverb.TensorSpec((), np.int64),
+        "pos": reverb.TensorSpec((1,), np.float32),
+    }
     server = make_server(table(eps))
     client = server.localhost_client()
     assert rlds.push_minari_to_table(eps, client, "t", progress=False) == n + 1
@@ -196,33 +216,69 @@ def test_push_through_any_observer(cartpole):
 
 MALFORMED = {
     "observations_short": (
-        lambda: episode(np.zeros((3, 2), np.float32), np.zeros((3, 1), np.float32),
-                        [1, 1, 1], [0, 0, 1], [0, 0, 0], id=7),
-        r"Minari episode 7: observations has 3 steps, but rewards has 3"),
+        lambda: episode(
+            np.zeros((3, 2), np.float32),
+            np.zeros((3, 1), np.float32),
+            [1, 1, 1],
+            [0, 0, 1],
+            [0, 0, 0],
+            id=7,
+        ),
+        r"Minari episode 7: observations has 3 steps, but rewards has 3",
+    ),
     "actions_long": (
-        lambda: episode(np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32),
-                        [1, 1, 1], [0, 0, 1], [0, 0, 0], id=7),
-        r"Minari episode 7: actions has 4 steps, but rewards has 3"),
+        lambda: episode(
+            np.zeros((4, 2), np.float32),
+            np.zeros((4, 1), np.float32),
+            [1, 1, 1],
+            [0, 0, 1],
+            [0, 0, 0],
+            id=7,
+        ),
+        r"Minari episode 7: actions has 4 steps, but rewards has 3",
+    ),
     "early_termination": (
-        lambda: episode(np.zeros((4, 2), np.float32), np.zeros((3, 1), np.float32),
-                        [1, 1, 1], [0, 1, 0], [0, 0, 1], id=7),
-        r"Minari episode 7, step 1: terminated before the episode's last step \(2\)"),
+        lambda: episode(
+            np.zeros((4, 2), np.float32),
+            np.zeros((3, 1), np.float32),
+            [1, 1, 1],
+            [0, 1, 0],
+            [0, 0, 1],
+            id=7,
+        ),
+        r"Minari episode 7, step 1: terminated before the episode's last step \(2\)",
+    ),
     "early_truncation": (
-        lambda: episode(np.zeros((4, 2), np.float32), np.zeros((3, 1), np.float32),
-                        [1, 1, 1], [0, 0, 1], [1, 0, 0], id=7),
-        r"Minari episode 7, step 0: truncated before"),
+        lambda: episode(
+            np.zeros((4, 2), np.float32),
+            np.zeros((3, 1), np.float32),
+            [1, 1, 1],
+            [0, 0, 1],
+            [1, 0, 0],
+            id=7,
+        ),
+        r"Minari episode 7, step 0: truncated before",
+    ),
     "other_shape": (
         lambda: counting_episode(3, id=7, obs_dim=3),
         r"Minari episode 7: observation has shape \(3,\) and dtype float32, but earlier "
-        r"episodes have \(2,\)"),
+        r"episodes have \(2,\)",
+    ),
     "other_dtype": (
-        lambda: episode(np.zeros((4, 2), np.float64), np.zeros((3, 1), np.float32),
-                        [1, 1, 1], [0, 0, 1], [0, 0, 0], id=7),
-        r"observation has shape \(2,\) and dtype float64"),
+        lambda: episode(
+            np.zeros((4, 2), np.float64),
+            np.zeros((3, 1), np.float32),
+            [1, 1, 1],
+            [0, 0, 1],
+            [0, 0, 0],
+            id=7,
+        ),
+        r"observation has shape \(2,\) and dtype float64",
+    ),
     "missing_field": (
-        lambda: episode(np.zeros((4, 2), np.float32), None, [1, 1, 1], [0, 0, 1], [0, 0, 0],
-                        id=7),
-        r"Minari episode 7: no actions"),
+        lambda: episode(np.zeros((4, 2), np.float32), None, [1, 1, 1], [0, 0, 1], [0, 0, 0], id=7),
+        r"Minari episode 7: no actions",
+    ),
 }
 
 
@@ -237,14 +293,21 @@ def test_malformed_episode_names_it_and_leaves_nothing_of_it(make_server, case, 
     try:
         with pytest.raises(MalformedEpisodeError, match=message) as err:
             rlds.push_minari_to_table(data, client, "t", progress=False)
-        assert "nothing of this episode was written; 7 trajectories of 2 earlier episodes " \
-               "were" in str(err.value)
+        assert (
+            "nothing of this episode was written; 7 trajectories of 2 earlier episodes "
+            "were" in str(err.value)
+        )
         items = trajectories(client, "t")
     finally:
         client.close()
     # Episodes 0 and 1 whole (3 + 2 transitions), nothing of 7 or after it.
     assert [i.observation[:, 0].tolist() for i in items] == [
-        [0, 1], [1, 2], [2, 3], [100, 101], [101, 102]]
+        [0, 1],
+        [1, 2],
+        [2, 3],
+        [100, 101],
+        [101, 102],
+    ]
 
 
 def test_load_minari_by_id_and_path_never_downloads(cartpole, datasets_path, tmp_path):

@@ -54,8 +54,12 @@ def test_push_into_table_gives_tf_agents_items(make_server, networked):
         n = rlds.push_rlds_to_table(data, client, "t", progress=False)
         assert n == 7  # one trajectory per RLDS step, as TF-Agents counts
         # Windows of 2 within episodes; the one-step episode gives none (no padding).
-        assert drain(client) == [window(TRAJ["c0"], TRAJ["c1"]), window(TRAJ["c1"], TRAJ["c2"]),
-                                 window(TRAJ["c0"], TRAJ["c1"]), window(TRAJ["c1"], TRAJ["t2"])]
+        assert drain(client) == [
+            window(TRAJ["c0"], TRAJ["c1"]),
+            window(TRAJ["c1"], TRAJ["c2"]),
+            window(TRAJ["c0"], TRAJ["c1"]),
+            window(TRAJ["c1"], TRAJ["t2"]),
+        ]
     finally:
         client.close()
 
@@ -121,8 +125,9 @@ def test_episode_not_starting_with_is_first(make_server):
     data = episodes(steps(*COMPLETE), late)
     server = make_server(queue())
     client = server.localhost_client()
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"does not start with is_first: \(episode 1, step 0\)"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"does not start with is_first: \(episode 1, step 0\)"
+    ):
         rlds.push_rlds_to_table(data, client, "t", progress=False)
     assert len(drain(client)) == 2  # episode 0 is whole and written; nothing of episode 1
 
@@ -139,9 +144,18 @@ def test_inconsistent_shapes_name_episode_and_step(make_server):
 
 
 def test_missing_is_first_is_a_value_error(make_server):
-    data = episodes(tf.data.Dataset.from_tensor_slices(dict(
-        observation=[[1.0]], action=[[1.0]], reward=[1.0], discount=[1.0], is_last=[True],
-        is_terminal=[False])))
+    data = episodes(
+        tf.data.Dataset.from_tensor_slices(
+            dict(
+                observation=[[1.0]],
+                action=[[1.0]],
+                reward=[1.0],
+                discount=[1.0],
+                is_last=[True],
+                is_terminal=[False],
+            )
+        )
+    )
     server = make_server(queue())
     with pytest.raises(ValueError, match="Invalid RLDS step spec"):
         rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False)
@@ -163,11 +177,17 @@ def test_many_steps_across_read_batches(make_server):
     flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
 
     def episode(k):
-        return tf.data.Dataset.from_tensor_slices(dict(
-            observation=np.arange(n, dtype=np.float32)[:, None] + 1000 * k,
-            action=np.zeros((n, 1), np.float32), reward=np.ones(n, np.float32),
-            discount=np.ones(n, np.float32), is_first=flags[0], is_last=flags[1],
-            is_terminal=flags[2]))
+        return tf.data.Dataset.from_tensor_slices(
+            dict(
+                observation=np.arange(n, dtype=np.float32)[:, None] + 1000 * k,
+                action=np.zeros((n, 1), np.float32),
+                reward=np.ones(n, np.float32),
+                discount=np.ones(n, np.float32),
+                is_first=flags[0],
+                is_last=flags[1],
+                is_terminal=flags[2],
+            )
+        )
 
     data = episodes(*[episode(k) for k in range(3)])
     server = make_server(queue(rlds.create_trajectory_data_signature(data)))
@@ -182,17 +202,30 @@ def test_many_steps_across_read_batches(make_server):
 def test_timeout_when_the_rate_limiter_blocks(make_server):
     # Inserts block once 20 items are ahead of samples (nobody samples): the wait times out.
     limiter = reverb.rate_limiters.SampleToInsertRatio(1.0, 1, 20.0)
-    server = make_server(reverb.Table("t", reverb.selectors.Fifo(), reverb.selectors.Fifo(),
-                                      10_000, rate_limiter=limiter))
+    server = make_server(
+        reverb.Table(
+            "t", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 10_000, rate_limiter=limiter
+        )
+    )
     n = 300
     flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
-    data = episodes(tf.data.Dataset.from_tensor_slices(dict(
-        observation=np.zeros((n, 2), np.float32), action=np.zeros((n, 1), np.float32),
-        reward=np.zeros(n, np.float32), discount=np.ones(n, np.float32), is_first=flags[0],
-        is_last=flags[1], is_terminal=flags[2])))
+    data = episodes(
+        tf.data.Dataset.from_tensor_slices(
+            dict(
+                observation=np.zeros((n, 2), np.float32),
+                action=np.zeros((n, 1), np.float32),
+                reward=np.zeros(n, np.float32),
+                discount=np.ones(n, np.float32),
+                is_first=flags[0],
+                is_last=flags[1],
+                is_terminal=flags[2],
+            )
+        )
+    )
     with pytest.raises(reverb.errors.DeadlineExceededError):
-        rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False,
-                                timeout=0.3, max_pending_items=64)
+        rlds.push_rlds_to_table(
+            data, server.localhost_client(), "t", progress=False, timeout=0.3, max_pending_items=64
+        )
 
 
 def test_max_steps_per_second_paces_the_push(make_server):
@@ -200,14 +233,27 @@ def test_max_steps_per_second_paces_the_push(make_server):
 
     n = 400
     flags = ([True] + [False] * (n - 1), [False] * (n - 1) + [True], [False] * n)
-    data = episodes(tf.data.Dataset.from_tensor_slices(dict(
-        observation=np.zeros((n, 2), np.float32), action=np.zeros((n, 1), np.float32),
-        reward=np.zeros(n, np.float32), discount=np.ones(n, np.float32), is_first=flags[0],
-        is_last=flags[1], is_terminal=flags[2])))
+    data = episodes(
+        tf.data.Dataset.from_tensor_slices(
+            dict(
+                observation=np.zeros((n, 2), np.float32),
+                action=np.zeros((n, 1), np.float32),
+                reward=np.zeros(n, np.float32),
+                discount=np.ones(n, np.float32),
+                is_first=flags[0],
+                is_last=flags[1],
+                is_terminal=flags[2],
+            )
+        )
+    )
     server = make_server(queue())
     start = time.perf_counter()
-    assert rlds.push_rlds_to_table(data, server.localhost_client(), "t", progress=False,
-                                   max_steps_per_second=1000.0) == n
+    assert (
+        rlds.push_rlds_to_table(
+            data, server.localhost_client(), "t", progress=False, max_steps_per_second=1000.0
+        )
+        == n
+    )
     assert time.perf_counter() - start >= 0.3  # 400 steps at 1,000/s, less the first slice
     assert server.localhost_client().server_info()["t"].current_size == n - 1
     with pytest.raises(ValueError, match=r"max_steps_per_second \(0\)"):

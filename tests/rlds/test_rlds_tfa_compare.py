@@ -30,7 +30,8 @@ def test_conversion_specs_errors_and_pushes_match_tf_agents():
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = lines[-1]["summary"]
     assert summary["cases"] >= 50 and summary["failed"] == [], [
-        r for r in lines[:-1] if not r["ok"]]
+        r for r in lines[:-1] if not r["ok"]
+    ]
 
 
 def test_tf_agents_own_rlds_tests_pass_on_ostinato():

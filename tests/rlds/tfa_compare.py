@@ -26,9 +26,16 @@ ACT = [[11.0], [21.0], [31.0]]
 
 def steps(first, last, terminal, **extra):
     n = len(first)
-    data = dict(observation=OBS[:n], action=ACT[:n], reward=[1.0, 2.0, 3.0][:n],
-                discount=[1.0, 1.0, 0.5][:n], is_first=first, is_last=last,
-                is_terminal=terminal, **extra)
+    data = dict(
+        observation=OBS[:n],
+        action=ACT[:n],
+        reward=[1.0, 2.0, 3.0][:n],
+        discount=[1.0, 1.0, 0.5][:n],
+        is_first=first,
+        is_last=last,
+        is_terminal=terminal,
+        **extra,
+    )
     return tf.data.Dataset.from_tensor_slices(data)
 
 
@@ -44,10 +51,18 @@ def episodes(*step_sets):
 
 def nested_obs_steps():
     n = 3
-    return tf.data.Dataset.from_tensor_slices(dict(
-        observation={"a": OBS, "b": [[1], [2], [3]]}, action=ACT, reward=[1.0, 2.0, 3.0],
-        discount=[1.0, 1.0, 1.0], is_first=COMPLETE[0], is_last=COMPLETE[1],
-        is_terminal=COMPLETE[2], extra=list(range(n))))
+    return tf.data.Dataset.from_tensor_slices(
+        dict(
+            observation={"a": OBS, "b": [[1], [2], [3]]},
+            action=ACT,
+            reward=[1.0, 2.0, 3.0],
+            discount=[1.0, 1.0, 1.0],
+            is_first=COMPLETE[0],
+            is_last=COMPLETE[1],
+            is_terminal=COMPLETE[2],
+            extra=list(range(n)),
+        )
+    )
 
 
 VALID = {
@@ -57,37 +72,57 @@ VALID = {
     "single_terminal": lambda: episodes(steps(*SINGLE_TERMINAL)),
     "extra_param": lambda: episodes(steps(*SINGLE, extra_param=[True])),
     "multiple": lambda: episodes(steps(*COMPLETE), steps(*SINGLE), steps(*TRUNCATED)),
-    "many": lambda: episodes(*[steps(*c) for c in
-                               (SINGLE, COMPLETE, SINGLE_TERMINAL, TRUNCATED, COMPLETE)]),
+    "many": lambda: episodes(
+        *[steps(*c) for c in (SINGLE, COMPLETE, SINGLE_TERMINAL, TRUNCATED, COMPLETE)]
+    ),
     "nested_observation": lambda: episodes(nested_obs_steps()),
     "first_first_unchecked": lambda: episodes(
-        steps([True, True, False], [False, False, True], [False, False, False])),
+        steps([True, True, False], [False, False, True], [False, False, False])
+    ),
     "episode_metadata": lambda: tf.data.Dataset.from_tensor_slices(
-        {"steps": [steps(*COMPLETE), steps(*SINGLE)], "id": [7, 8]}),
+        {"steps": [steps(*COMPLETE), steps(*SINGLE)], "id": [7, 8]}
+    ),
     "empty": lambda: episodes(steps(*COMPLETE)).take(0),
 }
 
 INVALID = {
     "incorrect_ending": lambda: episodes(steps([True, False, True], [False] * 3, [False] * 3)),
     "incorrect_termination": lambda: episodes(
-        steps([True, False, False], [False] * 3, [False, False, True])),
+        steps([True, False, False], [False] * 3, [False, False, True])
+    ),
     "incorrect_beginning": lambda: episodes(
-        steps([True, False, False], [False, True, False], [False, True, False])),
-    "unended_last_episode": lambda: episodes(steps(*COMPLETE), steps([True, False],
-                                                                     [False, False],
-                                                                     [False, False])),
+        steps([True, False, False], [False, True, False], [False, True, False])
+    ),
+    "unended_last_episode": lambda: episodes(
+        steps(*COMPLETE), steps([True, False], [False, False], [False, False])
+    ),
 }
 
 EAGER = {
     "no_steps": lambda: tf.data.Dataset.from_tensors({"random": True}),
     "incorrect_step_spec": lambda: tf.data.Dataset.from_tensors(
-        {"steps": tf.data.Dataset.from_tensors({"random1": [True, True],
-                                                "random2": [False, False]})}),
-    "missing_is_last": lambda: tf.data.Dataset.from_tensor_slices({"steps": [
-        tf.data.Dataset.from_tensor_slices(dict(observation=OBS, action=ACT,
-                                                reward=[1.0, 2.0, 3.0],
-                                                discount=[1.0] * 3, is_first=COMPLETE[0],
-                                                is_terminal=COMPLETE[2]))]}),
+        {
+            "steps": tf.data.Dataset.from_tensors(
+                {"random1": [True, True], "random2": [False, False]}
+            )
+        }
+    ),
+    "missing_is_last": lambda: tf.data.Dataset.from_tensor_slices(
+        {
+            "steps": [
+                tf.data.Dataset.from_tensor_slices(
+                    dict(
+                        observation=OBS,
+                        action=ACT,
+                        reward=[1.0, 2.0, 3.0],
+                        discount=[1.0] * 3,
+                        is_first=COMPLETE[0],
+                        is_terminal=COMPLETE[2],
+                    )
+                )
+            ]
+        }
+    ),
 }
 
 
@@ -114,13 +149,24 @@ def run_valid(name, make):
     for fn_name, fn in (("none", None), ("policy_fn", policy_fn)):
         a = [to_lists(t) for t in tfa.convert_rlds_to_trajectories(make(), fn)]
         b = [to_lists(t) for t in ours.convert_rlds_to_trajectories(make(), fn)]
-        results.append({"case": f"{name}/{fn_name}", "ok": a == b, "n": len(a),
-                        "detail": None if a == b else {"tfa": a, "ours": b}})
+        results.append(
+            {
+                "case": f"{name}/{fn_name}",
+                "ok": a == b,
+                "n": len(a),
+                "detail": None if a == b else {"tfa": a, "ours": b},
+            }
+        )
     for fn_name, fn in (("none", None), ("policy_fn", policy_fn)):
         ea = spec_tuple(tfa.convert_rlds_to_trajectories(make(), fn).element_spec)
         eb = spec_tuple(ours.convert_rlds_to_trajectories(make(), fn).element_spec)
-        results.append({"case": f"{name}/element_spec_{fn_name}", "ok": ea == eb,
-                        "detail": None if ea == eb else [ea, eb]})
+        results.append(
+            {
+                "case": f"{name}/element_spec_{fn_name}",
+                "ok": ea == eb,
+                "detail": None if ea == eb else [ea, eb],
+            }
+        )
     sa = spec_tuple(tfa.create_trajectory_data_spec(make()))
     sb = spec_tuple(ours.create_trajectory_data_spec(make()))
     eq = tfa.create_trajectory_data_spec(make()) == tuple(ours.create_trajectory_data_spec(make()))
@@ -151,8 +197,13 @@ def run_invalid(name, make, eager):
         core = ma.split("assertion failed: [")[-1].split("]")[0] if ma else None
         same = ma == mb if ta == "ValueError" else core in mb
         ok = ta == tb and ta is not None and same
-        out.append({"case": f"{name}/{what}", "ok": ok,
-                    "detail": {"tfa": [ta, core], "ours": [tb, mb[-200:] if mb else mb]}})
+        out.append(
+            {
+                "case": f"{name}/{what}",
+                "ok": ok,
+                "detail": {"tfa": [ta, core], "ours": [tb, mb[-200:] if mb else mb]},
+            }
+        )
     return out
 
 
@@ -173,19 +224,23 @@ def run_push(name, make):
 
     results = []
     configs = {
-        "traj2": (lambda c: reverb_utils.ReverbAddTrajectoryObserver(c, "t", 2),
-                  lambda c: observers.TrajectoryObserver(c, "t", 2)),
-        "traj3_pad": (lambda c: reverb_utils.ReverbAddTrajectoryObserver(
-                          c, "t", 3, pad_end_of_episodes=True),
-                      lambda c: observers.TrajectoryObserver(c, "t", 3, pad_end_of_episodes=True)),
-        "episode": (lambda c: reverb_utils.ReverbAddEpisodeObserver(c, "t", 10),
-                    lambda c: observers.EpisodeObserver(c, "t", 10)),
+        "traj2": (
+            lambda c: reverb_utils.ReverbAddTrajectoryObserver(c, "t", 2),
+            lambda c: observers.TrajectoryObserver(c, "t", 2),
+        ),
+        "traj3_pad": (
+            lambda c: reverb_utils.ReverbAddTrajectoryObserver(c, "t", 3, pad_end_of_episodes=True),
+            lambda c: observers.TrajectoryObserver(c, "t", 3, pad_end_of_episodes=True),
+        ),
+        "episode": (
+            lambda c: reverb_utils.ReverbAddEpisodeObserver(c, "t", 10),
+            lambda c: observers.EpisodeObserver(c, "t", 10),
+        ),
     }
     signature = tensor_spec.add_outer_dim(tfa.create_trajectory_data_spec(make()))
     for config, (theirs, mine) in configs.items():
         got = []
-        for push, observer in ((tfa.push_rlds_to_reverb, theirs),
-                               (ours.push_rlds_to_reverb, mine)):
+        for push, observer in ((tfa.push_rlds_to_reverb, theirs), (ours.push_rlds_to_reverb, mine)):
             server = reverb.Server([reverb.Table.queue("t", 1000, signature=signature)])
             client = reverb.Client(f"localhost:{server.port}")
             obs = observer(client)
@@ -194,8 +249,15 @@ def run_push(name, make):
             got.append((count, drain(client)))
             server.stop()
         ok = got[0] == got[1]
-        results.append({"case": f"{name}/push_{config}", "ok": ok, "n": got[0][0],
-                        "items": len(got[0][1]), "detail": None if ok else got})
+        results.append(
+            {
+                "case": f"{name}/push_{config}",
+                "ok": ok,
+                "n": got[0][0],
+                "items": len(got[0][1]),
+                "detail": None if ok else got,
+            }
+        )
     return results
 
 
@@ -205,17 +267,26 @@ def run_types():
 
     cls = tfa_trajectory.Trajectory
     make = VALID["multiple"]
-    results = [{"case": "types/spec",
-                "ok": isinstance(ours.create_trajectory_data_spec(make()), cls)},
-               {"case": "types/signature",
-                "ok": isinstance(ours.create_trajectory_data_signature(make()), cls)},
-               {"case": "types/convert", "ok": all(
-                   isinstance(t, cls) for t in ours.convert_rlds_to_trajectories(make()))}]
+    results = [
+        {"case": "types/spec", "ok": isinstance(ours.create_trajectory_data_spec(make()), cls)},
+        {
+            "case": "types/signature",
+            "ok": isinstance(ours.create_trajectory_data_signature(make()), cls),
+        },
+        {
+            "case": "types/convert",
+            "ok": all(isinstance(t, cls) for t in ours.convert_rlds_to_trajectories(make())),
+        },
+    ]
     for name, fn in (("push_columns", None), ("push_elements", policy_fn)):
         seen = []
         ours.push_rlds_to_reverb(make(), seen.append, fn, progress=False)
-        results.append({"case": f"types/{name}",
-                        "ok": len(seen) == 7 and all(isinstance(t, cls) for t in seen)})
+        results.append(
+            {
+                "case": f"types/{name}",
+                "ok": len(seen) == 7 and all(isinstance(t, cls) for t in seen),
+            }
+        )
     return results
 
 

@@ -28,8 +28,11 @@ class _Patch:
         from ostinato import rlds
 
         system_multiprocessing.enable_interactive_mode()
-        for name in ("create_trajectory_data_spec", "convert_rlds_to_trajectories",
-                     "push_rlds_to_reverb"):
+        for name in (
+            "create_trajectory_data_spec",
+            "convert_rlds_to_trajectories",
+            "push_rlds_to_reverb",
+        ):
             setattr(rlds_to_reverb, name, getattr(rlds, name))
 
 
@@ -37,8 +40,7 @@ def main() -> int:
     import tf_agents.replay_buffers as rb
 
     path = os.path.join(os.path.dirname(rb.__file__), "rlds_to_reverb_test.py")
-    return pytest.main(["-q", "-p", "no:cacheprovider", path, *sys.argv[1:]],
-                       plugins=[_Patch()])
+    return pytest.main(["-q", "-p", "no:cacheprovider", path, *sys.argv[1:]], plugins=[_Patch()])
 
 
 if __name__ == "__main__":

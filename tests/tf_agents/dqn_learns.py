@@ -54,15 +54,22 @@ def main() -> int:
     absl_logging.get_absl_logger().addHandler(returns)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
-        dqn_train_eval.train_eval(root, num_iterations=args.iterations,
-                                  eval_interval=args.eval_interval)
-    result = {"returns": returns.values, "best": max(returns.values, default=None),
-              "iterations": args.iterations, "seconds": round(time.monotonic() - t0, 1),
-              "min_return": args.min_return}
+        dqn_train_eval.train_eval(
+            root, num_iterations=args.iterations, eval_interval=args.eval_interval
+        )
+    result = {
+        "returns": returns.values,
+        "best": max(returns.values, default=None),
+        "iterations": args.iterations,
+        "seconds": round(time.monotonic() - t0, 1),
+        "min_return": args.min_return,
+    }
     print(json.dumps(result), flush=True)
     if not returns.values or max(returns.values) < args.min_return:
-        print(f"DQN did not learn: best average return {result['best']} < {args.min_return}",
-              file=sys.stderr)
+        print(
+            f"DQN did not learn: best average return {result['best']} < {args.min_return}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -6,27 +6,48 @@ import ostinato as reverb
 from ostinato.transport import registry
 
 
-@pytest.mark.parametrize("address, loopback", [
-    ("localhost:1234", True), ("127.0.0.1:80", True), ("127.3.4.5:1", True), ("[::1]:99", True),
-    ("unix:/tmp/sock", True), ("dns:///localhost:5", True), ("ipv4:127.0.0.1:5", True),
-    ("example.com:80", False), ("10.0.0.1:80", False), ("[2001:db8::1]:80", False),
-    ("localhost.example.com:1", False),
-])
+@pytest.mark.parametrize(
+    "address, loopback",
+    [
+        ("localhost:1234", True),
+        ("127.0.0.1:80", True),
+        ("127.3.4.5:1", True),
+        ("[::1]:99", True),
+        ("unix:/tmp/sock", True),
+        ("dns:///localhost:5", True),
+        ("ipv4:127.0.0.1:5", True),
+        ("example.com:80", False),
+        ("10.0.0.1:80", False),
+        ("[2001:db8::1]:80", False),
+        ("localhost.example.com:1", False),
+    ],
+)
 def test_is_loopback(address, loopback):
     assert registry.is_loopback(address) is loopback
 
 
-@pytest.mark.parametrize("address, host, port", [
-    ("localhost:80", "localhost", 80), ("[::1]:9", "[::1]", 9), ("h.example:65535", "h.example", 65535),
-])
+@pytest.mark.parametrize(
+    "address, host, port",
+    [
+        ("localhost:80", "localhost", 80),
+        ("[::1]:9", "[::1]", 9),
+        ("h.example:65535", "h.example", 65535),
+    ],
+)
 def test_parse_address(address, host, port):
     assert registry.parse_address(address) == (host, port)
 
 
-@pytest.mark.parametrize("address, match", [
-    ("localhost", "host:port"), ("h:x", "non-numeric"), ("h:0", "outside"), ("h:70000", "outside"),
-    (5, "host:port"),
-])
+@pytest.mark.parametrize(
+    "address, match",
+    [
+        ("localhost", "host:port"),
+        ("h:x", "non-numeric"),
+        ("h:0", "outside"),
+        ("h:70000", "outside"),
+        (5, "host:port"),
+    ],
+)
 def test_parse_address_names_the_bad_address(address, match):
     with pytest.raises(ValueError, match=match):
         registry.parse_address(address)

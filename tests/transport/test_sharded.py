@@ -7,8 +7,13 @@ import ostinato as reverb
 
 
 def _table(name="t"):
-    return reverb.Table(name, reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        name,
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 @pytest.mark.parametrize("in_process", [None, False])
@@ -32,9 +37,18 @@ def test_sharded_client_spreads_and_merges(make_server, in_process):
 
 
 def test_sharded_priority_updates_reach_the_right_shard(make_server):
-    servers = [make_server(reverb.Table("p", reverb.selectors.Prioritized(1.0),
-                                        reverb.selectors.Fifo(), 100,
-                                        reverb.rate_limiters.MinSize(1))) for _ in range(2)]
+    servers = [
+        make_server(
+            reverb.Table(
+                "p",
+                reverb.selectors.Prioritized(1.0),
+                reverb.selectors.Fifo(),
+                100,
+                reverb.rate_limiters.MinSize(1),
+            )
+        )
+        for _ in range(2)
+    ]
     client = reverb.Client([f"localhost:{s.port}" for s in servers])
     for i in range(20):
         client.insert(np.int64(i), {"p": 1.0})
@@ -45,7 +59,9 @@ def test_sharded_priority_updates_reach_the_right_shard(make_server):
     keys = np.array(sorted(keys), dtype=np.uint64)
     assert client.update_priorities("p", keys, np.full(20, 2.0)) == 20
     for s in servers:
-        assert {s.tables_by_name["p"].get(k)["priority"] for k in s.tables_by_name["p"].keys().tolist()} == {2.0}
+        assert {
+            s.tables_by_name["p"].get(k)["priority"] for k in s.tables_by_name["p"].keys().tolist()
+        } == {2.0}
     with pytest.raises(ValueError, match="negative"):
         client.update_priorities("p", keys, np.full(20, -1.0))
     # A bad priority in mutate_priorities changes nothing, its deletes included.
@@ -60,8 +76,9 @@ def test_sharded_priority_updates_reach_the_right_shard(make_server):
 
 def test_sampling_leaves_out_a_shard_that_went_away(make_server):
     servers = [make_server(_table()) for _ in range(2)]
-    client = reverb.Client([f"localhost:{s.port}" for s in servers], in_process=False,
-                           unavailable_timeout=0.5)
+    client = reverb.Client(
+        [f"localhost:{s.port}" for s in servers], in_process=False, unavailable_timeout=0.5
+    )
     for _ in range(2):
         with client.trajectory_writer(1) as w:  # one writer per shard
             for i in range(10):

@@ -81,9 +81,13 @@ class Child:
 
     def __init__(self, code: str, *args: Any):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self._cv = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -107,7 +111,8 @@ class Child:
                 if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
                     raise AssertionError(
                         f"child did not print {what} within {timeout}s (rc={self.proc.poll()}); "
-                        f"stdout={self.lines[-5:]!r} stderr={self.stderr_tail()!r}")
+                        f"stdout={self.lines[-5:]!r} stderr={self.stderr_tail()!r}"
+                    )
                 self._cv.wait(min(left, 0.1))
 
     def stderr_tail(self) -> str:
@@ -125,7 +130,8 @@ class Child:
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(
-                f"child still running after {timeout}s; stdout={self.lines[-5:]!r}") from None
+                f"child still running after {timeout}s; stdout={self.lines[-5:]!r}"
+            ) from None
         self._reader.join(5)
         return rc
 

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 from ostinato.core import items as items_lib
 from ostinato.wire import codec, prefaulted_copy
 
-SRC = np.random.default_rng(0).integers(0, 256, size=3 * prefaulted_copy.MIN_BYTES + 12345,
-                                        dtype=np.uint8).tobytes()
+SRC = (
+    np.random.default_rng(0)
+    .integers(0, 256, size=3 * prefaulted_copy.MIN_BYTES + 12345, dtype=np.uint8)
+    .tobytes()
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -23,21 +26,28 @@ def test_copy_out_equals_slice(offset: int, n: int) -> None:
     n = min(n, len(SRC) - offset)
     out = prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), offset, n)
     assert type(out) is bytes
-    assert out == SRC[offset:offset + n]
+    assert out == SRC[offset : offset + n]
 
 
 def test_large_unaligned_copies_from_a_mapping() -> None:
     mm = mmap.mmap(-1, 4 * prefaulted_copy.MIN_BYTES)
     mm[:] = os.urandom(len(mm))
     base = prefaulted_copy.address_of(mm)
-    for off, n in [(1, prefaulted_copy.MIN_BYTES), (4095, 2 * prefaulted_copy.MIN_BYTES + 7), (0, len(mm))]:
-        assert prefaulted_copy.copy_out(mm, base, off, n) == mm[off:off + n]
+    for off, n in [
+        (1, prefaulted_copy.MIN_BYTES),
+        (4095, 2 * prefaulted_copy.MIN_BYTES + 7),
+        (0, len(mm)),
+    ]:
+        assert prefaulted_copy.copy_out(mm, base, off, n) == mm[off : off + n]
     mm.close()
 
 
 def test_fallback_without_the_c_api(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prefaulted_copy, "_API", None)
-    assert prefaulted_copy.copy_out(SRC, 0, 10, 2 * prefaulted_copy.MIN_BYTES) == SRC[10:10 + 2 * prefaulted_copy.MIN_BYTES]
+    assert (
+        prefaulted_copy.copy_out(SRC, 0, 10, 2 * prefaulted_copy.MIN_BYTES)
+        == SRC[10 : 10 + 2 * prefaulted_copy.MIN_BYTES]
+    )
 
 
 def test_kernel_without_populate_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +57,7 @@ def test_kernel_without_populate_falls_back(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(prefaulted_copy, "_API", (new, as_string, lambda *a: -1))
     monkeypatch.setattr(prefaulted_copy, "_populate", True)
     n = 2 * prefaulted_copy.MIN_BYTES
-    assert prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), 3, n) == SRC[3:3 + n]
+    assert prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), 3, n) == SRC[3 : 3 + n]
     assert prefaulted_copy._populate is False  # not tried again
 
 

@@ -37,8 +37,9 @@ def _seg(key: int, d: str, h: list[int], c: int, b: bytes, n: int = 1) -> dict:
     return {"k": key, "e": 0, "s": 0, "n": n, "d": d, "h": h, "c": c, "b": b}
 
 
-def _insert(port: int, segs: list[dict], items: list, keep: list[int] | None = None,
-            more: list[bytes] = ()) -> list:
+def _insert(
+    port: int, segs: list[dict], items: list, keep: list[int] | None = None, more: list[bytes] = ()
+) -> list:
     msg = codec.pack_framed({"seg": segs, "t": ["q"], "i": items, "keep": keep or []})
     with grpc.insecure_channel(f"localhost:{port}") as ch:
         call = ch.stream_stream(SERVICE + "Insert")
@@ -82,9 +83,17 @@ def test_limits_name_the_option_and_bound_what_a_stream_holds():
         assert "max_inflated_bytes (1048576)" in e.value.details()
         # Rows kept for later items add up per stream: 4 x the limit at most.
         part = 900 * 1024
-        msgs = [codec.pack_framed({
-            "seg": [_seg(k, "|u1", [part], codec.RAW, bytes(part))], "t": ["q"], "i": [],
-            "keep": list(range(1, k + 1))}) for k in range(1, 7)]
+        msgs = [
+            codec.pack_framed(
+                {
+                    "seg": [_seg(k, "|u1", [part], codec.RAW, bytes(part))],
+                    "t": ["q"],
+                    "i": [],
+                    "keep": list(range(1, k + 1)),
+                }
+            )
+            for k in range(1, 7)
+        ]
         with pytest.raises(grpc.RpcError) as e:
             with grpc.insecure_channel(f"localhost:{server.port}") as ch:
                 list(ch.stream_stream(SERVICE + "Insert")(iter(msgs), timeout=20))
@@ -98,13 +107,16 @@ def test_limits_name_the_option_and_bound_what_a_stream_holds():
         server.stop()
 
 
-@pytest.mark.parametrize("payload, match", [
-    (codec.pack([1, 2]), "element 0 is a int"),
-    (codec.pack([b"a", [b"b"]]), "malformed string segment"),
-    (codec.pack([b"a"]), "holds 1 elements, expected 2"),
-    (codec.pack([b"a", b"b"]) + b"\0", "bytes after its elements"),
-    (b"\xff\x00garbage", "malformed string segment"),
-])
+@pytest.mark.parametrize(
+    "payload, match",
+    [
+        (codec.pack([1, 2]), "element 0 is a int"),
+        (codec.pack([b"a", [b"b"]]), "malformed string segment"),
+        (codec.pack([b"a"]), "holds 1 elements, expected 2"),
+        (codec.pack([b"a", b"b"]) + b"\0", "bytes after its elements"),
+        (b"\xff\x00garbage", "malformed string segment"),
+    ],
+)
 def test_undecodable_string_segments_are_refused_at_insert(payload, match):
     """D4: object segments were stored without being decoded; every later sample that picked
     such an item failed on the client with DecodeError. Now refused at insert."""
@@ -134,7 +146,10 @@ def test_compressed_string_segments_are_checked_too():
             _insert(server.port, [seg], [[0, 5, 1.0, [[5, 0, 1]], [True]]])
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         good = zstandard.ZstdCompressor().compress(codec.pack([b"x" * 10] * 1000))
-        assert _insert(server.port, [_seg(6, "O", [1000], codec.ZSTD, good)],
-                       [[0, 6, 1.0, [[6, 0, 1]], [True]]]) == [codec.pack({"n": 1})]
+        assert _insert(
+            server.port,
+            [_seg(6, "O", [1000], codec.ZSTD, good)],
+            [[0, 6, 1.0, [[6, 0, 1]], [True]]],
+        ) == [codec.pack({"n": 1})]
     finally:
         server.stop()

@@ -57,7 +57,7 @@ def test_ring_regions_never_overlap_and_keep_their_bytes(ops):
             live.append((off, size, cost, data))
             assert ring.used == sum(c for _, _, c, _ in live)
             for o2, l2, _, d2 in live:
-                assert bytes(ring._view[o2:o2 + l2]) == d2
+                assert bytes(ring._view[o2 : o2 + l2]) == d2
     finally:
         ring.close()
 
@@ -108,16 +108,22 @@ def test_mapping_reads_the_ring_and_unlinks_its_name():
         ring.close()
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda d: d.update(x=b"\0" * shm.NONCE_BYTES), "does not hold the ring"),
-    (lambda d: d.update(x=b"short"), "nonce"),
-    (lambda d: d.update(z=d["z"] + 4096), "regular file of"),
-    (lambda d: d.update(z=10), "out of range"),
-    (lambda d: d.update(p="/etc/passwd"), "not an Ostinato ring"),
-    (lambda d: d.update(p=shm.SHM_DIR + "/../etc/ostinato-" + "0" * 32), "not an Ostinato ring"),
-    (lambda d: d.update(p=shm.SHM_DIR + "/ostinato-" + "0" * 32), "cannot open"),
-    (lambda d: d.pop("x"), "needs p"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda d: d.update(x=b"\0" * shm.NONCE_BYTES), "does not hold the ring"),
+        (lambda d: d.update(x=b"short"), "nonce"),
+        (lambda d: d.update(z=d["z"] + 4096), "regular file of"),
+        (lambda d: d.update(z=10), "out of range"),
+        (lambda d: d.update(p="/etc/passwd"), "not an Ostinato ring"),
+        (
+            lambda d: d.update(p=shm.SHM_DIR + "/../etc/ostinato-" + "0" * 32),
+            "not an Ostinato ring",
+        ),
+        (lambda d: d.update(p=shm.SHM_DIR + "/ostinato-" + "0" * 32), "cannot open"),
+        (lambda d: d.pop("x"), "needs p"),
+    ],
+)
 def test_mapping_refuses_bad_descriptors(change, match):
     ring = shm.Ring(2 * MB)
     try:
@@ -157,8 +163,10 @@ def test_client_options_are_validated():
 # -- writers end to end ----------------------------------------------------------------------
 def _big_steps(n, seed=0):
     rng = np.random.default_rng(seed)
-    return [{"obs": rng.integers(0, 256, (64, 64, 4), dtype=np.uint8), "t": np.int64(i)}
-            for i in range(n)]
+    return [
+        {"obs": rng.integers(0, 256, (64, 64, 4), dtype=np.uint8), "t": np.int64(i)}
+        for i in range(n)
+    ]
 
 
 def _write(client, steps, table="q"):
@@ -246,7 +254,9 @@ def test_mixed_small_and_large_columns_and_trajectories():
             for i, s in enumerate(steps):
                 w.append(s)
                 if i >= 4:
-                    w.create_item("q", 1.0, {"obs": w.history["obs"][-5:], "t": w.history["t"][-5:]})
+                    w.create_item(
+                        "q", 1.0, {"obs": w.history["obs"][-5:], "t": w.history["t"][-5:]}
+                    )
         assert server.service.ring_bytes > 0
         c2 = server.localhost_client()
         for s in c2.sample("q", num_samples=56, emit_timesteps=False):

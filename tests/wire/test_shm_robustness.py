@@ -30,8 +30,13 @@ ROW = 128 * 1024  # above prefaulted_copy.MIN_BYTES: the bulk copy path
 
 def _request(key: int, ref: list[int], n_bytes: int, **body):
     seg = {"k": key, "e": 0, "s": 0, "n": 1, "d": "|u1", "h": [n_bytes], "c": codec.RAW, "m": ref}
-    msg = {"seg": [seg], "t": ["q"], "i": [[0, key, 1.0, [[key, 0, 1]], [True]]], "keep": [],
-           **body}
+    msg = {
+        "seg": [seg],
+        "t": ["q"],
+        "i": [[0, key, 1.0, [[key, 0, 1]], [True]]],
+        "keep": [],
+        **body,
+    }
     return codec.pack_framed(msg)
 
 

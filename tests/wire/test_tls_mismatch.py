@@ -24,7 +24,9 @@ def ca():
 
 def _tls(ca) -> ServerTLS:
     cert = ca.issue_cert("localhost", "127.0.0.1")
-    return ServerTLS(b"".join(b.bytes() for b in cert.cert_chain_pems), cert.private_key_pem.bytes())
+    return ServerTLS(
+        b"".join(b.bytes() for b in cert.cert_chain_pems), cert.private_key_pem.bytes()
+    )
 
 
 def _fails_within(fn, limit: float) -> BaseException:

@@ -10,7 +10,7 @@ import pytest
 
 import ostinato as reverb
 
-CHILD = '''
+CHILD = """
 import sys
 import numpy as np
 import ostinato as reverb
@@ -24,15 +24,19 @@ if sys.argv[2] == "close":
     w.close()  # else exit with the writer still open
 c.insert([np.zeros(2, np.float32)], {"q": 1.0})
 c.server_info()
-'''
+"""
 
 
 @pytest.mark.parametrize("ending", ["close", "exit-with-writer-open"])
 def test_a_client_exiting_normally_is_not_counted_as_cancelled(ending):
     server = reverb.Server([reverb.Table.queue("q", 100)])
     try:
-        out = subprocess.run([sys.executable, "-c", CHILD, f"localhost:{server.port}", ending],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, f"localhost:{server.port}", ending],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert reverb.Client(f"localhost:{server.port}").server_info()["q"].current_size == 4
         deadline = time.monotonic() + 10  # the server sees the connection end a little later

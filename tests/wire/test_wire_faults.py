@@ -44,8 +44,11 @@ def _rpc_threads():
 
 
 def _other_threads():
-    return sorted(t.name for t in threading.enumerate()
-                  if not t.name.startswith("ostinato-rpc") and t.is_alive())
+    return sorted(
+        t.name
+        for t in threading.enumerate()
+        if not t.name.startswith("ostinato-rpc") and t.is_alive()
+    )
 
 
 def _count(cls_name):
@@ -95,12 +98,16 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         a = Child(WRITER, address, "big", 1, 0, 10, 16)
         b = Child(WRITER, address, "small", 2, 100, 1, 16)
         writers = [a, b]
-        a.wait_line(lambda ln: ln.startswith("FLUSHED") and int(ln.split()[1]) >= 40, 30,
-                    "40 flushed items")
+        a.wait_line(
+            lambda ln: ln.startswith("FLUSHED") and int(ln.split()[1]) >= 40, 30, "40 flushed items"
+        )
         b.wait_line(lambda ln: ln == "FLUSHED 5", 30, "5 flushed items")
         wait_until(lambda: server.service.active_streams == 2, 60, "both streams open")
-        wait_until(lambda: server.metrics()["tables"]["small"]["blocked_inserters"] >= 1, 30,
-                   "B's sixth item to reach the server and block there")
+        wait_until(
+            lambda: server.metrics()["tables"]["small"]["blocked_inserters"] >= 1,
+            30,
+            "B's sixth item to reach the server and block there",
+        )
         assert len(server.tables_by_name["small"]) == 5
         confirmed = max(int(ln.split()[1]) for ln in a.lines if ln.startswith("FLUSHED"))
         for w in writers:
@@ -112,8 +119,11 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         busy = len(_rpc_threads())
         assert busy <= 8, f"{busy} rpc threads"
         # No thread this test started stays (threads of earlier tests may end meanwhile).
-        wait_until(lambda: not collections.Counter(_other_threads()) - collections.Counter(base_other),
-                   60, "threads back to baseline")
+        wait_until(
+            lambda: not collections.Counter(_other_threads()) - collections.Counter(base_other),
+            60,
+            "threads back to baseline",
+        )
         # Every confirmed item is there exactly once and in order; nothing else is.
         big = drain_ids(client, "big")
         assert big == writer_ids(1, len(big)) and len(big) >= confirmed
@@ -214,8 +224,9 @@ def test_server_stop_reports_cancelled_at_once(where):
         c.insert(np.zeros(2), {"q": 1.0}, timeout=5)
         c.insert(np.zeros(2), {"q": 1.0}, timeout=5)
         blocked = [Blocked(f"sample{i}", lambda: next(c.sample("e"))) for i in range(3)]
-        blocked += [Blocked(f"insert{i}", lambda: c.insert(np.zeros(2), {"q": 1.0}))
-                    for i in range(3)]
+        blocked += [
+            Blocked(f"insert{i}", lambda: c.insert(np.zeros(2), {"q": 1.0})) for i in range(3)
+        ]
         time.sleep(0.5)
     finally:
         t0 = time.monotonic()
@@ -235,6 +246,7 @@ def test_restart_on_same_port_client_reconnects_without_duplicates():
     writer = client.trajectory_writer(1)
     srv2 = None
     try:
+
         def write(lo, hi):
             for i in range(lo, hi):
                 writer.append({"id": np.int64(i)})
@@ -365,7 +377,9 @@ def test_thousands_of_short_lived_connections():
     # 74 = 10 + 64 server threads), so the cap bounds what "near baseline" may mean. A handler
     # that a closed connection pinned would also show here: with 8 workers the churn would stall.
     pool = 8
-    srv = ServerProcess(QUEUE_CODE.format(size=100_000) + f"SERVER_KWARGS = {{'max_workers': {pool}}}\n")
+    srv = ServerProcess(
+        QUEUE_CODE.format(size=100_000) + f"SERVER_KWARGS = {{'max_workers': {pool}}}\n"
+    )
     children = []
     try:
         proc = psutil.Process(srv.proc.pid)
@@ -392,16 +406,30 @@ def test_thousands_of_short_lived_connections():
         # the RPC pool's idle workers (up to its cap) and 2 more; gRPC's own event-engine pool
         # also grows while the machine is loaded but reclaims a thread only after it has idled
         # for 20 s, so the wait is long (it ends as soon as the condition holds).
-        wait_until(lambda: proc.num_threads() <= base[0] + pool + 2, SETTLE_S,
-                   lambda: f"server threads ({proc.num_threads()}: {_thread_names(proc.pid)}) "
-                           f"near baseline ({base[0]} + {pool} pool workers + 2)")
-        wait_until(lambda: proc.num_fds() <= base[1] + 2, SETTLE_S,
-                   lambda: f"server fds ({proc.num_fds()}) back to baseline ({base[1]})")
+        wait_until(
+            lambda: proc.num_threads() <= base[0] + pool + 2,
+            SETTLE_S,
+            lambda: (
+                f"server threads ({proc.num_threads()}: {_thread_names(proc.pid)}) "
+                f"near baseline ({base[0]} + {pool} pool workers + 2)"
+            ),
+        )
+        wait_until(
+            lambda: proc.num_fds() <= base[1] + 2,
+            SETTLE_S,
+            lambda: f"server fds ({proc.num_fds()}) back to baseline ({base[1]})",
+        )
         # The client side (this process) leaks nothing either.
-        wait_until(lambda: threading.active_count() <= my_base[0], SETTLE_S,
-                   lambda: f"client threads ({_other_threads()}) back to {my_base[0]}")
-        wait_until(lambda: me.num_fds() <= my_base[1] + 2, SETTLE_S,
-                   lambda: f"client fds ({me.num_fds()}) back to baseline ({my_base[1]})")
+        wait_until(
+            lambda: threading.active_count() <= my_base[0],
+            SETTLE_S,
+            lambda: f"client threads ({_other_threads()}) back to {my_base[0]}",
+        )
+        wait_until(
+            lambda: me.num_fds() <= my_base[1] + 2,
+            SETTLE_S,
+            lambda: f"client fds ({me.num_fds()}) back to baseline ({my_base[1]})",
+        )
     finally:
         for ch in children:
             ch.kill()

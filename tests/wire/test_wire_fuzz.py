@@ -30,8 +30,11 @@ def row_arrays(draw):
     kind = draw(st.sampled_from(NUMERIC + ["str", "bytes"]))
     big = draw(st.booleans())  # big arrays are mostly one value: they take the zstd path
     nrows = draw(st.integers(1, 700 if big else 5))
-    row_shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0 if not big else 1,
-                                      max_side=3 if big else 4))
+    row_shape = draw(
+        hnp.array_shapes(
+            min_dims=0, max_dims=3, min_side=0 if not big else 1, max_side=3 if big else 4
+        )
+    )
     shape = (nrows, *row_shape)
     if kind in ("str", "bytes"):
         elems = st.text(max_size=6) if kind == "str" else st.binary(max_size=6)
@@ -48,13 +51,18 @@ signature_specs = st.builds(
     reverb.TensorSpec,
     st.lists(st.none() | st.integers(0, 2**31 - 1), max_size=4),
     st.sampled_from(["float32", "float64", "int8", "int64", "uint16", "bool", "complex64", object]),
-    st.none() | st.text(max_size=6))
+    st.none() | st.text(max_size=6),
+)
 
 signatures = st.recursive(
     signature_specs | st.none(),
-    lambda ch: (st.dictionaries(st.text(max_size=4), ch, max_size=3)
-                | st.lists(ch, max_size=3) | st.lists(ch, max_size=3).map(tuple)),
-    max_leaves=8)
+    lambda ch: (
+        st.dictionaries(st.text(max_size=4), ch, max_size=3)
+        | st.lists(ch, max_size=3)
+        | st.lists(ch, max_size=3).map(tuple)
+    ),
+    max_leaves=8,
+)
 
 
 def _same_nest(a, b):
@@ -74,8 +82,13 @@ def _same_nest(a, b):
 
 # -- round trips -------------------------------------------------------------------------------------
 @FAST
-@given(data=row_arrays(), compress=st.booleans(), key=st.integers(0, 2**64 - 1),
-       episode=st.integers(0, 2**64 - 1), start=st.integers(0, 2**40 - 1))
+@given(
+    data=row_arrays(),
+    compress=st.booleans(),
+    key=st.integers(0, 2**64 - 1),
+    episode=st.integers(0, 2**64 - 1),
+    start=st.integers(0, 2**40 - 1),
+)
 def test_segment_round_trip(data, compress, key, episode, start):
     rows, expect = data
     seg = codec.make_segment(key, episode, start, rows, compress)
@@ -84,8 +97,12 @@ def test_segment_round_trip(data, compress, key, episode, start):
     wire = codec.pack({"seg": [seg]})
     m = codec.unpack(wire)["seg"][0]
     parsed = codec.parse_segment(m, max_bytes=len(wire))
-    assert (parsed.key, parsed.episode_id, parsed.start, parsed.nrows) == (key, episode, start,
-                                                                          rows.shape[0])
+    assert (parsed.key, parsed.episode_id, parsed.start, parsed.nrows) == (
+        key,
+        episode,
+        start,
+        rows.shape[0],
+    )
     assert parsed.row_shape == rows.shape[1:]
     out = parsed.decode()
     assert out.shape == rows.shape
@@ -97,8 +114,11 @@ def test_segment_round_trip(data, compress, key, episode, start):
 
 
 def test_compressible_segments_are_compressed_and_round_trip():
-    for rows in (np.zeros((500, 4), np.float32), np.full((300, 2), 7, ">i8"),
-                 np.array([[b"abc" * 50]] * 100, dtype=object)):
+    for rows in (
+        np.zeros((500, 4), np.float32),
+        np.full((300, 2), 7, ">i8"),
+        np.array([[b"abc" * 50]] * 100, dtype=object),
+    ):
         seg = codec.make_segment(1, 2, 0, rows, compress=True)
         assert seg["c"] == codec.ZSTD
         parsed = codec.parse_segment(codec.unpack(codec.pack(seg)), 1 << 20)
@@ -115,34 +135,56 @@ def test_signature_round_trip(sig):
     _same_nest(decoded, sig)
 
 
-_SELECTORS = [lambda: reverb.selectors.Uniform(), lambda: reverb.selectors.Fifo(),
-              lambda: reverb.selectors.Lifo(), lambda: reverb.selectors.MaxHeap(),
-              lambda: reverb.selectors.MinHeap()]
+_SELECTORS = [
+    lambda: reverb.selectors.Uniform(),
+    lambda: reverb.selectors.Fifo(),
+    lambda: reverb.selectors.Lifo(),
+    lambda: reverb.selectors.MaxHeap(),
+    lambda: reverb.selectors.MinHeap(),
+]
 
 
 @FAST
-@given(sampler=st.sampled_from(_SELECTORS) | st.floats(0, 1).map(
-           lambda e: (lambda: reverb.selectors.Prioritized(e))),
-       remover=st.sampled_from(_SELECTORS),
-       limiter=st.sampled_from([lambda: reverb.rate_limiters.MinSize(3),
-                                lambda: reverb.rate_limiters.Queue(7),
-                                lambda: reverb.rate_limiters.Stack(7),
-                                lambda: reverb.rate_limiters.SampleToInsertRatio(1.5, 10, 5.0)]),
-       max_times_sampled=st.integers(0, 5),
-       sig=st.none() | st.dictionaries(st.text(min_size=1, max_size=4), signature_specs,
-                                       min_size=1, max_size=3))
+@given(
+    sampler=st.sampled_from(_SELECTORS)
+    | st.floats(0, 1).map(lambda e: lambda: reverb.selectors.Prioritized(e)),
+    remover=st.sampled_from(_SELECTORS),
+    limiter=st.sampled_from(
+        [
+            lambda: reverb.rate_limiters.MinSize(3),
+            lambda: reverb.rate_limiters.Queue(7),
+            lambda: reverb.rate_limiters.Stack(7),
+            lambda: reverb.rate_limiters.SampleToInsertRatio(1.5, 10, 5.0),
+        ]
+    ),
+    max_times_sampled=st.integers(0, 5),
+    sig=st.none()
+    | st.dictionaries(st.text(min_size=1, max_size=4), signature_specs, min_size=1, max_size=3),
+)
 def test_table_info_round_trip(sampler, remover, limiter, max_times_sampled, sig):
-    table = reverb.Table("t", sampler(), remover(), 100, limiter(),
-                         max_times_sampled=max_times_sampled, signature=sig)
+    table = reverb.Table(
+        "t",
+        sampler(),
+        remover(),
+        100,
+        limiter(),
+        max_times_sampled=max_times_sampled,
+        signature=sig,
+    )
     info = table.info
     decoded = protocol.decode_table_info(codec.unpack(codec.pack(protocol.encode_table_info(info))))
     assert decoded == info
 
 
 def test_table_info_round_trip_with_live_counters():
-    table = reverb.Table("live", reverb.selectors.Prioritized(0.7), reverb.selectors.Fifo(), 3,
-                         reverb.rate_limiters.MinSize(1),
-                         signature={"x": reverb.TensorSpec([None, 2], np.float32, "x")})
+    table = reverb.Table(
+        "live",
+        reverb.selectors.Prioritized(0.7),
+        reverb.selectors.Fifo(),
+        3,
+        reverb.rate_limiters.MinSize(1),
+        signature={"x": reverb.TensorSpec([None, 2], np.float32, "x")},
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         for i in range(5):
@@ -150,7 +192,9 @@ def test_table_info_round_trip_with_live_counters():
         list(client.sample("live", 4))
         info = table.info
         assert info.current_size == 3 and info.rate_limiter_info.insert_stats.completed == 5
-        decoded = protocol.decode_table_info(codec.unpack(codec.pack(protocol.encode_table_info(info))))
+        decoded = protocol.decode_table_info(
+            codec.unpack(codec.pack(protocol.encode_table_info(info)))
+        )
         assert decoded == info
 
 
@@ -165,8 +209,13 @@ def test_unpack_random_bytes(raw):
 
 
 def test_unpack_hostile_nesting_and_truncation():
-    for raw in (b"\x91" * 200_000 + b"\xc0", b"\xdd\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff",
-                b"\xc6\xff\xff\xff\xffab", b"\xdf\xff\xff\xff\xff\x01"):
+    for raw in (
+        b"\x91" * 200_000 + b"\xc0",
+        b"\xdd\xff\xff\xff\xff",
+        b"\xdb\xff\xff\xff\xff",
+        b"\xc6\xff\xff\xff\xffab",
+        b"\xdf\xff\xff\xff\xff\x01",
+    ):
         with pytest.raises(DecodeError):
             codec.unpack(raw)
 
@@ -182,12 +231,19 @@ def test_unpack_framed_random_bytes(raw):
 
 
 @FAST
-@given(sizes=st.lists(st.integers(0, 3000), max_size=5), cut=st.integers(1, 64),
-       extra=st.binary(min_size=1, max_size=8))
+@given(
+    sizes=st.lists(st.integers(0, 3000), max_size=5),
+    cut=st.integers(1, 64),
+    extra=st.binary(min_size=1, max_size=8),
+)
 def test_framed_round_trip_and_truncation(sizes, cut, extra):
     rows = [np.arange(n, dtype=np.uint8) for n in sizes]
-    segs = [codec.make_segment(i, 0, 0, r.reshape(-1, 1) if r.size else np.zeros((1, 0), np.uint8),
-                               compress=False) for i, r in enumerate(rows)]
+    segs = [
+        codec.make_segment(
+            i, 0, 0, r.reshape(-1, 1) if r.size else np.zeros((1, 0), np.uint8), compress=False
+        )
+        for i, r in enumerate(rows)
+    ]
     body = {"seg": segs, "t": ["x"], "i": []}
     msg = codec.pack_framed(body)
     back = codec.unpack_framed(msg)
@@ -209,17 +265,26 @@ def test_plain_msgpack_messages_still_accepted():
 
 @st.composite
 def mutated_segments(draw):
-    rows = draw(st.sampled_from([np.arange(6, dtype=np.float32).reshape(3, 2),
-                                 np.array([b"a", b"bc"], dtype=object),
-                                 np.zeros((600, 2), np.int64)]))
+    rows = draw(
+        st.sampled_from(
+            [
+                np.arange(6, dtype=np.float32).reshape(3, 2),
+                np.array([b"a", b"bc"], dtype=object),
+                np.zeros((600, 2), np.int64),
+            ]
+        )
+    )
     seg = codec.make_segment(5, 6, 0, rows, compress=draw(st.booleans()))
     for _ in range(draw(st.integers(1, 3))):
         field = draw(st.sampled_from(SEG_KEYS + ["x"]))
         if draw(st.booleans()) and field in seg:
             del seg[field]
         else:
-            seg[field] = draw(mp_values | st.sampled_from(
-                ["<f4", "O", "|b1", ">c16", "V8", "M8", "U3", "<f4,<f4"]) | st.binary(max_size=4096))
+            seg[field] = draw(
+                mp_values
+                | st.sampled_from(["<f4", "O", "|b1", ">c16", "V8", "M8", "U3", "<f4,<f4"])
+                | st.binary(max_size=4096)
+            )
     return codec.unpack(codec.pack(seg))
 
 
@@ -243,10 +308,14 @@ def test_parse_segment_rejects_cleanly(m):
 
 
 @FAST
-@given(codec_id=st.sampled_from([codec.RAW, codec.ZSTD]), payload=st.binary(max_size=200),
-       zstd_wrap=st.booleans(), dtype=st.sampled_from(NUMERIC + ["O"]),
-       row_shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3),
-       nrows=st.integers(1, 4))
+@given(
+    codec_id=st.sampled_from([codec.RAW, codec.ZSTD]),
+    payload=st.binary(max_size=200),
+    zstd_wrap=st.booleans(),
+    dtype=st.sampled_from(NUMERIC + ["O"]),
+    row_shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3),
+    nrows=st.integers(1, 4),
+)
 def test_decode_payload_rejects_cleanly(codec_id, payload, zstd_wrap, dtype, row_shape, nrows):
     if codec_id == codec.ZSTD and zstd_wrap:  # a valid frame around arbitrary content
         payload = codec._zstd_compressor().compress(payload)
@@ -258,8 +327,12 @@ def test_decode_payload_rejects_cleanly(codec_id, payload, zstd_wrap, dtype, row
 
 
 @FAST
-@given(m=mp_values | st.dictionaries(st.sampled_from(["spec", "dict", "tuple", "list"]),
-                                     mp_values, min_size=1, max_size=1))
+@given(
+    m=mp_values
+    | st.dictionaries(
+        st.sampled_from(["spec", "dict", "tuple", "list"]), mp_values, min_size=1, max_size=1
+    )
+)
 @example(m={"dict": 5})
 @example(m={"dict": [[[1], None]]})
 @example(m={"tuple": 3})

@@ -145,9 +145,17 @@ def test_abandoned_writers_do_not_pin_server_threads():
         limit = _idle_close_seconds() + 3
         wait_until(lambda: server.service.active_streams == 0, limit, "abandoned streams to end")
         assert grpc_client(address).server_info(timeout=5)["q"].current_size == 4
-        wait_until(lambda: not [t for t in threading.enumerate()
-                                if t.name.startswith("ostinato-insert") and t not in before], 3,
-                   "the abandoned writers' threads to end")
+        wait_until(
+            lambda: (
+                not [
+                    t
+                    for t in threading.enumerate()
+                    if t.name.startswith("ostinato-insert") and t not in before
+                ]
+            ),
+            3,
+            "the abandoned writers' threads to end",
+        )
     finally:
         server.stop()
         for t in threading.enumerate():  # should there be any left, let them give up
@@ -156,8 +164,13 @@ def test_abandoned_writers_do_not_pin_server_threads():
 
 
 def test_chunk_store_counts_a_chunk_resent_after_an_idle_close():
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+    )
     server = reverb.Server([table])
     try:
         client = grpc_client(f"localhost:{server.port}")
@@ -167,12 +180,18 @@ def test_chunk_store_counts_a_chunk_resent_after_an_idle_close():
                 w.create_item("t", 1.0, {"x": w.history["x"][-1:]})
                 if i == 2:  # the writer pauses mid-chunk; its stream is closed meanwhile
                     w.flush(timeout_ms=5000)
-                    wait_until(lambda: server.service.active_streams == 0,
-                               _idle_close_seconds() + 3, "the idle stream to close")
+                    wait_until(
+                        lambda: server.service.active_streams == 0,
+                        _idle_close_seconds() + 3,
+                        "the idle stream to close",
+                    )
         from ostinato.core import items as items_lib
 
-        held = {id(c): c for k in table.keys().tolist()
-                for c in items_lib.chunk_refs(table.get(k)["trajectory"])}
+        held = {
+            id(c): c
+            for k in table.keys().tolist()
+            for c in items_lib.chunk_refs(table.get(k)["trajectory"])
+        }
         assert len(table) == 6
         assert len(server.chunk_store) == len(held), [(c.key, c.data.end) for c in held.values()]
     finally:
@@ -189,9 +208,15 @@ def test_stopped_server_leaves_no_worker_threads():
     assert any(t.name.startswith("ostinato-rpc") for t in set(threading.enumerate()) - before)
     client.close()
     server.stop()
-    wait_until(lambda: not [t for t in set(threading.enumerate()) - before
-                            if t.name.startswith("ostinato-rpc")], 2,
-               "the stopped server's worker threads to end")
+    wait_until(
+        lambda: (
+            not [
+                t for t in set(threading.enumerate()) - before if t.name.startswith("ostinato-rpc")
+            ]
+        ),
+        2,
+        "the stopped server's worker threads to end",
+    )
 
 
 # A child that blocks in Sample on an empty table.
@@ -213,8 +238,11 @@ def test_sampler_killed_while_waiting_gets_nothing_later():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
-                   "three samplers blocked on the server")
+        wait_until(
+            lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3,
+            20,
+            "three samplers blocked on the server",
+        )
         for ch in children:
             ch.kill()
         time.sleep(1.5)  # > the service's 0.5 s wait slice: the dead calls have noticed
@@ -236,8 +264,11 @@ def test_item_inserted_right_after_a_blocked_sampler_died_is_not_lost():
     try:
         for ch in children:
             ch.wait_line(lambda ln: ln == "CALLING", 20, "CALLING")
-        wait_until(lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3, 20,
-                   "three samplers blocked on the server")
+        wait_until(
+            lambda: server.metrics()["tables"]["q"]["blocked_samplers"] == 3,
+            20,
+            "three samplers blocked on the server",
+        )
         for ch in children:
             ch.kill()
         time.sleep(0.05)  # the kernel has closed their connections

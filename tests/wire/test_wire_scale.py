@@ -44,13 +44,34 @@ _WRITER = textwrap.dedent("""
 
 
 def test_hundreds_of_streams_do_not_block_other_calls():
-    server = reverb.Server([reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                         max_size=1_000_000,
-                                         rate_limiter=reverb.rate_limiters.MinSize(1))])
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(server.port),
-                               str(WRITERS_PER_PROCESS), str(STEPS), str(PERIOD)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(PROCESSES)]
+    server = reverb.Server(
+        [
+            reverb.Table(
+                "t",
+                reverb.selectors.Uniform(),
+                reverb.selectors.Fifo(),
+                max_size=1_000_000,
+                rate_limiter=reverb.rate_limiters.MinSize(1),
+            )
+        ]
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _WRITER,
+                str(server.port),
+                str(WRITERS_PER_PROCESS),
+                str(STEPS),
+                str(PERIOD),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "open", p.stderr.read()[-2000:]
@@ -119,8 +140,9 @@ def test_idle_streams_hold_no_thread_and_are_ended():
         client.server_info()
         before = _rpc_threads()
         channel, hold, calls = _raw_streams(server.port, 300)
-        wait_until(lambda: server.service.active_streams >= 300, 30, "300 open streams",
-                   interval=0.05)
+        wait_until(
+            lambda: server.service.active_streams >= 300, 30, "300 open streams", interval=0.05
+        )
         assert server.service.active_streams == 300
         took = []
         for _ in range(3):  # the best of three: the idle streams cost nothing, load may
@@ -130,8 +152,9 @@ def test_idle_streams_hold_no_thread_and_are_ended():
         assert min(took) < 1.0, took
         assert _rpc_threads() <= before + 2  # no thread per stream
         # Streams that send nothing are ended after idle_stream_seconds (OK, not an error).
-        wait_until(lambda: server.service.active_streams == 0, 30, "idle streams to end",
-                   interval=0.1)
+        wait_until(
+            lambda: server.service.active_streams == 0, 30, "idle streams to end", interval=0.1
+        )
         hold.set()
         channel.close()
     finally:
@@ -144,8 +167,7 @@ def test_streams_past_max_streams_are_refused_at_once():
     server = reverb.Server([reverb.Table.queue("q", 10)], max_streams=5)
     try:
         channel, hold, calls = _raw_streams(server.port, 5)
-        wait_until(lambda: server.service.active_streams >= 5, 30, "5 open streams",
-                   interval=0.05)
+        wait_until(lambda: server.service.active_streams >= 5, 30, "5 open streams", interval=0.05)
         _, hold2, (extra,) = _raw_streams(server.port, 1)
         t0 = time.monotonic()
         try:

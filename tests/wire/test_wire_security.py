@@ -62,7 +62,9 @@ def ca(trustme):
 
 def server_tls(ca, *names):
     cert = ca.issue_cert(*(names or ("localhost", "127.0.0.1")))
-    return ServerTLS(b"".join(b.bytes() for b in cert.cert_chain_pems), cert.private_key_pem.bytes())
+    return ServerTLS(
+        b"".join(b.bytes() for b in cert.cert_chain_pems), cert.private_key_pem.bytes()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,20 +82,29 @@ def test_tls_client_with_root_certificates_works(ca, tls_server):
 
 def test_tls_server_name_override(ca):
     with reverb.Server(queue_tables(), tls=server_tls(ca, "replay.ostinato.test")) as server:
-        good = grpc_client(f"127.0.0.1:{server.port}", root_certificates=ca.cert_pem.bytes(),
-                           tls_server_name="replay.ostinato.test")
+        good = grpc_client(
+            f"127.0.0.1:{server.port}",
+            root_certificates=ca.cert_pem.bytes(),
+            tls_server_name="replay.ostinato.test",
+        )
         round_trip(good)
         # Without the override the name does not match the certificate.
-        bad = grpc_client(f"127.0.0.1:{server.port}", root_certificates=ca.cert_pem.bytes(),
-                          unavailable_timeout=0.5)
+        bad = grpc_client(
+            f"127.0.0.1:{server.port}",
+            root_certificates=ca.cert_pem.bytes(),
+            unavailable_timeout=0.5,
+        )
         assert_fails_fast(bad.server_info, UnavailableError, f"127.0.0.1:{server.port}", 5)
 
 
 @pytest.mark.parametrize("what", ["mismatched", "garbage"])
 def test_unusable_tls_pair_is_reported_as_such_not_as_a_busy_port(ca, what):
     good, other = server_tls(ca), server_tls(ca)
-    tls = (ServerTLS(good.certificate_chain, other.private_key) if what == "mismatched"
-           else ServerTLS(b"not a certificate", b"not a key"))
+    tls = (
+        ServerTLS(good.certificate_chain, other.private_key)
+        if what == "mismatched"
+        else ServerTLS(b"not a certificate", b"not a key")
+    )
     with pytest.raises(ValueError, match="private key and certificate chain cannot be used"):
         reverb.Server(queue_tables(), tls=tls)
 
@@ -103,19 +114,26 @@ def test_tls_server_rejects_clients_without_trust(trustme, tls_server, who):
     address = f"localhost:{tls_server.port}"
     kw = {} if who == "plaintext" else {"root_certificates": trustme.CA().cert_pem.bytes()}
     client = grpc_client(address, unavailable_timeout=0.5, **kw)
-    for call in (client.server_info, lambda: client.insert(np.int64(1), {"q": 1.0}),
-                 lambda: client.reset("q")):
+    for call in (
+        client.server_info,
+        lambda: client.insert(np.int64(1), {"q": 1.0}),
+        lambda: client.reset("q"),
+    ):
         err = assert_fails_fast(call, UnavailableError, address, 5)
         assert err.address == address
         if who == "untrusted-ca":  # gRPC's reason is passed on
-            assert "handshake failed" in str(err).lower() and "CERTIFICATE_VERIFY_FAILED" in str(err)
+            assert "handshake failed" in str(err).lower() and "CERTIFICATE_VERIFY_FAILED" in str(
+                err
+            )
     assert len(tls_server.tables_by_name["q"]) == 0
 
 
 def test_tls_client_against_plaintext_server_fails_clearly(ca):
     with reverb.Server(queue_tables()) as server:
         address = f"localhost:{server.port}"
-        client = grpc_client(address, root_certificates=ca.cert_pem.bytes(), unavailable_timeout=0.5)
+        client = grpc_client(
+            address, root_certificates=ca.cert_pem.bytes(), unavailable_timeout=0.5
+        )
         err = assert_fails_fast(client.server_info, UnavailableError, address, 5)
         assert "handshake failed" in str(err).lower()
 
@@ -220,10 +238,19 @@ def test_no_warning_on_loopback(caplog, host):
 # -- message size limits ---------------------------------------------------------------------------------
 @pytest.fixture()
 def small_server():
-    server = reverb.Server([reverb.Table.queue("q", 100),
-                            reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                                         100, reverb.rate_limiters.MinSize(1))],
-                           max_message_bytes=64 * 1024)
+    server = reverb.Server(
+        [
+            reverb.Table.queue("q", 100),
+            reverb.Table(
+                "u",
+                reverb.selectors.Uniform(),
+                reverb.selectors.Fifo(),
+                100,
+                reverb.rate_limiters.MinSize(1),
+            ),
+        ],
+        max_message_bytes=64 * 1024,
+    )
     yield server
     server.stop()
 
@@ -231,8 +258,12 @@ def small_server():
 def test_request_over_the_server_limit_gets_a_clear_error(small_server):
     client = grpc_client(f"localhost:{small_server.port}", compression="none")
     noise = np.random.default_rng(0).integers(0, 255, 200_000, dtype=np.uint8)
-    err = assert_fails_fast(lambda: client.insert(noise, {"q": 1.0}, timeout=5),
-                            ResourceExhaustedError, r"larger than max \(\d+ vs\. 65536\)", 5)
+    err = assert_fails_fast(
+        lambda: client.insert(noise, {"q": 1.0}, timeout=5),
+        ResourceExhaustedError,
+        r"larger than max \(\d+ vs\. 65536\)",
+        5,
+    )
     assert isinstance(err, IndexError)  # Reverb's mapping of RESOURCE_EXHAUSTED
     assert len(small_server.tables_by_name["q"]) == 0
     # Same through a writer, which then reports the failure on flush.
@@ -253,10 +284,15 @@ def test_request_over_the_server_limit_gets_a_clear_error(small_server):
 
 
 def test_request_over_the_client_limit_is_refused_before_sending(small_server):
-    client = grpc_client(f"localhost:{small_server.port}", compression="none",
-                         max_message_bytes=4096)
-    assert_fails_fast(lambda: client.insert(np.zeros(10_000, np.uint8), {"q": 1.0}, timeout=5),
-                      InvalidArgumentError, r"\d+ bytes exceeds max_message_bytes \(4096\)", 3)
+    client = grpc_client(
+        f"localhost:{small_server.port}", compression="none", max_message_bytes=4096
+    )
+    assert_fails_fast(
+        lambda: client.insert(np.zeros(10_000, np.uint8), {"q": 1.0}, timeout=5),
+        InvalidArgumentError,
+        r"\d+ bytes exceeds max_message_bytes \(4096\)",
+        3,
+    )
     assert len(small_server.tables_by_name["q"]) == 0
 
 
@@ -294,7 +330,9 @@ def test_max_message_bytes_is_validated():
 
 # -- ports -----------------------------------------------------------------------------------------------
 def test_port_in_use_by_another_process_is_an_error():
-    with ServerProcess("import ostinato as reverb\nTABLES = [reverb.Table.queue('q', 10)]") as other:
+    with ServerProcess(
+        "import ostinato as reverb\nTABLES = [reverb.Table.queue('q', 10)]"
+    ) as other:
         tables = queue_tables()
         for host in ("localhost", "0.0.0.0"):
             with pytest.raises(ValueError, match=f"port \\({other.port}\\) is already in use"):

@@ -23,18 +23,33 @@ from ostinato.wire import codec
 
 # -- the service, over real gRPC ------------------------------------------------------------------------
 SIG = {"a": reverb.TensorSpec([2], np.float32), "b": reverb.TensorSpec([], np.int32)}
-OK_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+OK_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
 @pytest.fixture(scope="module")
 def live():
     """An in-process server with a few items, a raw gRPC channel and a well-behaved client."""
     tables = [
-        reverb.Table("plain", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10_000,
-                     reverb.rate_limiters.MinSize(1)),
-        reverb.Table("sig", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10_000,
-                     reverb.rate_limiters.MinSize(1), signature=SIG),
+        reverb.Table(
+            "plain",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10_000,
+            reverb.rate_limiters.MinSize(1),
+        ),
+        reverb.Table(
+            "sig",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            10_000,
+            reverb.rate_limiters.MinSize(1),
+            signature=SIG,
+        ),
         reverb.Table.queue("q", 10),
     ]
     server = reverb.Server(tables, max_message_bytes=1 << 20)
@@ -65,12 +80,18 @@ def _snapshot(server):
     for name, t in server.tables_by_name.items():
         keys = t.keys().tolist()
         out[name] = [(k, t.get(k)["priority"], t.get(k)["times_sampled"]) for k in keys]
-    return out, len(server.chunk_store), sorted((c.key, c.refs) for c in server.chunk_store.chunks())
+    return (
+        out,
+        len(server.chunk_store),
+        sorted((c.key, c.refs) for c in server.chunk_store.chunks()),
+    )
 
 
 def _unary(channel, method, payload, timeout=5):
     try:
-        return grpc.StatusCode.OK, channel.unary_unary(codec_method(method))(payload, timeout=timeout)
+        return grpc.StatusCode.OK, channel.unary_unary(codec_method(method))(
+            payload, timeout=timeout
+        )
     except grpc.RpcError as e:
         return e.code(), e.details()
 
@@ -103,9 +124,10 @@ def _assert_serving(live):
 
 
 @FAST
-@given(method=st.sampled_from(["Insert", "Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint"]),
-       payloads=st.lists(st.binary(max_size=80) | mp_values.map(codec.pack), min_size=1,
-                         max_size=3))
+@given(
+    method=st.sampled_from(["Insert", "Sample", "Mutate", "Reset", "ServerInfo", "Checkpoint"]),
+    payloads=st.lists(st.binary(max_size=80) | mp_values.map(codec.pack), min_size=1, max_size=3),
+)
 def test_service_random_bytes(live, method, payloads):
     before = _snapshot(live.server)
     if method == "Insert":
@@ -125,8 +147,16 @@ def test_service_unknown_method_and_empty_stream(live):
 
 
 # Chunk specs; the first two match the "sig" table's signature so that valid items get made.
-_SPECS = [("<f4", (2,)), ("<i4", ()), ("<f4", (2,)), ("<i4", ()), ("<f8", (2,)), ("<i4", (3,)),
-          ("O", ()), ("|u1", (2, 2))]
+_SPECS = [
+    ("<f4", (2,)),
+    ("<i4", ()),
+    ("<f4", (2,)),
+    ("<i4", ()),
+    ("<f8", (2,)),
+    ("<i4", (3,)),
+    ("O", ()),
+    ("|u1", (2, 2)),
+]
 
 
 def _rows(dt, shape, n, seed):
@@ -156,8 +186,9 @@ def insert_requests(draw):
             for start, part in parts:
                 segs.append(codec.make_segment(key, 9, start, part, compress=draw(st.booleans())))
             chunks[key] = n
-        tables = draw(st.lists(st.sampled_from(["plain", "sig", "sig", "nope"]), min_size=1,
-                               max_size=3))
+        tables = draw(
+            st.lists(st.sampled_from(["plain", "sig", "sig", "nope"]), min_size=1, max_size=3)
+        )
         items = []
         for _ in range(draw(st.integers(0, 3))):
             ncols = draw(st.sampled_from([1, 2, 2, 3]))
@@ -171,27 +202,49 @@ def insert_requests(draw):
                 cols.append(col)
                 sq.append(draw(st.booleans()))
             prio = draw(st.floats(-1, 10) | st.sampled_from([float("nan"), float("inf"), 3]))
-            items.append([draw(st.integers(0, len(tables) - 1)), draw(st.integers(0, 2**64 - 1)),
-                          prio, cols, sq])
-        msg = {"seg": segs, "t": tables, "i": items,
-               # Kept: every chunk sent so far. ('keep' itself is never mutated: a bad 'keep'
-               # is a known bug, see test_insert_with_bad_keep_changes_nothing.)
-               "keep": sorted(chunks)}
+            items.append(
+                [
+                    draw(st.integers(0, len(tables) - 1)),
+                    draw(st.integers(0, 2**64 - 1)),
+                    prio,
+                    cols,
+                    sq,
+                ]
+            )
+        msg = {
+            "seg": segs,
+            "t": tables,
+            "i": items,
+            # Kept: every chunk sent so far. ('keep' itself is never mutated: a bad 'keep'
+            # is a known bug, see test_insert_with_bad_keep_changes_nothing.)
+            "keep": sorted(chunks),
+        }
         for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
             where = draw(st.sampled_from(["top", "seg", "item", "drop"]))
             if where == "top":
                 msg[draw(st.sampled_from(["seg", "t", "i"]))] = draw(mp_values)
             elif where == "drop":
                 msg.pop(draw(st.sampled_from(["seg", "t", "i"])), None)
-            elif where == "seg" and isinstance(msg.get("seg"), list) and any(
-                    isinstance(x, dict) for x in msg["seg"]):
+            elif (
+                where == "seg"
+                and isinstance(msg.get("seg"), list)
+                and any(isinstance(x, dict) for x in msg["seg"])
+            ):
                 s = dict(draw(st.sampled_from([x for x in msg["seg"] if isinstance(x, dict)])))
                 s[draw(st.sampled_from(SEG_KEYS))] = draw(mp_values)
                 msg["seg"] = msg["seg"] + [s]
-            elif where == "item" and isinstance(msg.get("i"), list) and any(
-                    isinstance(x, list) and len(x) == 5 for x in msg["i"]):
-                it = list(draw(st.sampled_from([x for x in msg["i"]
-                                                if isinstance(x, list) and len(x) == 5])))
+            elif (
+                where == "item"
+                and isinstance(msg.get("i"), list)
+                and any(isinstance(x, list) and len(x) == 5 for x in msg["i"])
+            ):
+                it = list(
+                    draw(
+                        st.sampled_from(
+                            [x for x in msg["i"] if isinstance(x, list) and len(x) == 5]
+                        )
+                    )
+                )
                 it[draw(st.integers(0, 4))] = draw(mp_values)
                 msg["i"] = msg["i"] + [it]
         msgs.append(msg)
@@ -205,15 +258,22 @@ def _decoded_columns(table, key):
 
     out = []
     for col, s in zip(items_lib.columns(entry["trajectory"]), entry["squeeze"]):
-        parts = [c.data.as_array()[o:o + n] for c, o, n in col]
+        parts = [c.data.as_array()[o : o + n] for c, o, n in col]
         a = np.concatenate(parts)
         out.append(a[0] if s else a)
     return out
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(msgs=insert_requests())
 def test_service_insert_mutations_are_atomic(live, msgs):
     before = _snapshot(live.server)
@@ -266,7 +326,9 @@ def test_service_keeps_serving_after_fuzzing(live):
     assert len(live.tables["sig"]) == len(before[0]["sig"]) + 4
     got = live.client.sample_batch("sig", 50, timeout=5)
     assert got.data["a"].dtype == np.float32 and got.data["a"].shape == (50, 2)
-    new = [k for k in live.tables["sig"].keys().tolist() if k not in {e[0] for e in before[0]["sig"]}]
+    new = [
+        k for k in live.tables["sig"].keys().tolist() if k not in {e[0] for e in before[0]["sig"]}
+    ]
     live.tables["sig"].delete(new)
     assert len(live.server.chunk_store) == before[1]
 
@@ -280,8 +342,10 @@ def test_unknown_table_and_signature_mismatch_get_clear_errors(live):
     try:
         w.append({"a": np.zeros(3, np.float64), "b": np.int32(1)})
         w.create_item("sig", 1.0, {"a": w.history["a"][-1], "b": w.history["b"][-1]})
-        with pytest.raises(reverb.errors.InvalidArgumentError,
-                           match=r"table 'sig'.*column 0 \(a\).*float \[2\].*double \[3\]"):
+        with pytest.raises(
+            reverb.errors.InvalidArgumentError,
+            match=r"table 'sig'.*column 0 \(a\).*float \[2\].*double \[3\]",
+        ):
             w.flush(timeout_ms=5000)
     finally:
         try:
@@ -293,8 +357,10 @@ def test_unknown_table_and_signature_mismatch_get_clear_errors(live):
 
 
 def _valid_message():
-    segs = [codec.make_segment(11, 1, 0, np.zeros((1, 2), np.float32), False),
-            codec.make_segment(12, 1, 0, np.zeros((1,), np.int32), False)]
+    segs = [
+        codec.make_segment(11, 1, 0, np.zeros((1, 2), np.float32), False),
+        codec.make_segment(12, 1, 0, np.zeros((1,), np.int32), False),
+    ]
     return {"seg": segs, "t": ["sig"], "i": [[0, 77, 1.0, [[11, 0, 1], [12, 0, 1]], [True, True]]]}
 
 
@@ -315,8 +381,13 @@ def test_insert_with_bad_keep_changes_nothing(live, keep):
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert _snapshot(live.server) == before
     finally:
-        live.tables["sig"].delete([k for k in live.tables["sig"].keys().tolist()
-                                   if k not in {e[0] for e in before[0]["sig"]}])
+        live.tables["sig"].delete(
+            [
+                k
+                for k in live.tables["sig"].keys().tolist()
+                if k not in {e[0] for e in before[0]["sig"]}
+            ]
+        )
 
 
 def test_chunk_store_counts_chunks_whose_keys_collide_across_streams(live):
@@ -325,8 +396,12 @@ def test_chunk_store_counts_chunks_whose_keys_collide_across_streams(live):
     for fill in (1.0, 2.0):
         seg = codec.make_segment(424242, 1, 0, np.full((1, 2), fill, np.float32), False)
         key = 5000 + int(fill)
-        msg = {"seg": [seg], "t": ["plain"], "i": [[0, key, 1.0, [[424242, 0, 1]], [False]]],
-               "keep": []}
+        msg = {
+            "seg": [seg],
+            "t": ["plain"],
+            "i": [[0, key, 1.0, [[424242, 0, 1]], [False]]],
+            "keep": [],
+        }
         replies, code, details = _insert_stream(live.channel, [codec.pack(msg)])
         assert code == grpc.StatusCode.OK, details
         keys.append(key)
@@ -341,8 +416,12 @@ def test_chunk_store_counts_chunks_whose_keys_collide_across_streams(live):
 
 
 def _insert_one_segment(live, seg):
-    msg = {"seg": [seg], "t": ["plain"], "i": [[0, 31337, 1.0, [[seg["k"], 0, 1]], [False]]],
-           "keep": []}
+    msg = {
+        "seg": [seg],
+        "t": ["plain"],
+        "i": [[0, 31337, 1.0, [[seg["k"], 0, 1]], [False]]],
+        "keep": [],
+    }
     return _insert_stream(live.channel, [codec.pack(msg)], timeout=10)
 
 
@@ -357,8 +436,16 @@ def test_hostile_compressed_string_segment_gets_invalid_argument(live):
 @pytest.mark.parametrize("dtype", ["<f4", "O"])
 def test_server_rejects_zstd_bombs_without_inflating_them(live, dtype):
     content = b"\0" * (64 << 20) if dtype != "O" else codec.pack([b"\0" * (64 << 20)])
-    seg = {"k": 78, "e": 1, "s": 0, "n": 1, "d": dtype, "h": [], "c": codec.ZSTD,
-           "b": codec._zstd_compressor().compress(content)}
+    seg = {
+        "k": 78,
+        "e": 1,
+        "s": 0,
+        "n": 1,
+        "d": dtype,
+        "h": [],
+        "c": codec.ZSTD,
+        "b": codec._zstd_compressor().compress(content),
+    }
     assert len(codec.pack(seg)) < 64 << 10
     before = _snapshot(live.server)
     tracemalloc.start()
@@ -367,13 +454,22 @@ def test_server_rejects_zstd_bombs_without_inflating_them(live, dtype):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-        live.tables["plain"].delete([k for k in live.tables["plain"].keys().tolist()
-                                     if k not in {e[0] for e in before[0]["plain"]}])
+        live.tables["plain"].delete(
+            [
+                k
+                for k in live.tables["plain"].keys().tolist()
+                if k not in {e[0] for e in before[0]["plain"]}
+            ]
+        )
     # A size that contradicts the segment's dtype x shape is malformed (INVALID_ARGUMENT); one
     # over the server's max_inflated_bytes is refused as such (RESOURCE_EXHAUSTED).
-    assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED), \
-        (code, details)
-    assert peak < 16 << 20, f"the server allocated {peak >> 20} MiB for a {len(seg['b'])}-byte segment"
+    assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED), (
+        code,
+        details,
+    )
+    assert peak < 16 << 20, (
+        f"the server allocated {peak >> 20} MiB for a {len(seg['b'])}-byte segment"
+    )
 
 
 @pytest.mark.parametrize("name", ["tablé", "a\x1fb", "名前"])

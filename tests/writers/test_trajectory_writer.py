@@ -11,8 +11,13 @@ from ostinato import errors
 def client(make_server):
     server = make_server(
         reverb.Table.queue("queue", 100),
-        reverb.Table("uniform", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                     reverb.rate_limiters.MinSize(1)),
+        reverb.Table(
+            "uniform",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            1000,
+            reverb.rate_limiters.MinSize(1),
+        ),
         reverb.Table.queue("tiny", 1),
     )
     return server.localhost_client()
@@ -49,11 +54,14 @@ def test_history_structured_with_new_fields(client):
     assert h["x"]._path == ("x",)
 
 
-@pytest.mark.parametrize("first,second", [
-    ((np.int64(1),), (np.int64(1), np.int64(2))),
-    ([np.int64(1)], [np.int64(1), np.int64(2)]),
-    ({"a": np.int64(1)}, {"a": np.int64(1), "b": np.int64(2)}),
-])
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ((np.int64(1),), (np.int64(1), np.int64(2))),
+        ([np.int64(1)], [np.int64(1), np.int64(2)]),
+        ({"a": np.int64(1)}, {"a": np.int64(1), "b": np.int64(2)}),
+    ],
+)
 def test_append_with_more_fields(client, first, second):
     w = client.trajectory_writer(5)
     w.append(first)
@@ -76,9 +84,12 @@ def test_columns_must_not_appear_twice_in_a_step(client):
     w = client.trajectory_writer(5)
     w.append({"x": np.int64(1), "y": np.int64(1)}, partial_step=True)
     w.append({"x": None, "y": None}, partial_step=True)  # None is allowed
-    with pytest.raises(ValueError, match=r"Field \('x',\) has already been set in the active step "
-                                         r"by previous \(partial\) append call and thus must be "
-                                         r"omitted or set to None but got: 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"Field \('x',\) has already been set in the active step "
+        r"by previous \(partial\) append call and thus must be "
+        r"omitted or set to None but got: 4",
+    ):
         w.append({"x": 4})
 
 
@@ -118,8 +129,8 @@ def test_history_slicing_to_len_is_not_empty(client):
     for v in range(4):
         w.append(np.int64(v))
     h = w.history
-    assert h[1:len(h)].numpy().tolist() == [1, 2, 3]
-    assert h[0:len(h):2].numpy().tolist() == [0, 2]
+    assert h[1 : len(h)].numpy().tolist() == [1, 2, 3]
+    assert h[0 : len(h) : 2].numpy().tolist() == [0, 2]
     with pytest.raises(IndexError):
         h[len(h)]
 
@@ -222,11 +233,17 @@ def test_flush_timeout_zero_means_now(client):
 
 def test_dtype_of_columns_are_validated(client):
     w = client.trajectory_writer(5)
-    w.append({"scalar": np.int64(1), "nest": {"sub": 1.0, "sub_list": [np.int64(1), np.float32(1)]}})
+    w.append(
+        {"scalar": np.int64(1), "nest": {"sub": 1.0, "sub_list": [np.int64(1), np.float32(1)]}}
+    )
     with pytest.raises(ValueError, match=r"column \('scalar',\)\. Got double but expected int64\."):
         w.append({"scalar": 1.0, "nest": {"sub": 1.0, "sub_list": [np.int64(1), np.float32(1)]}})
-    with pytest.raises(ValueError, match=r"column \('nest', 'sub'\)\. Got int64 but expected double\."):
-        w.append({"scalar": np.int64(1), "nest": {"sub": 1, "sub_list": [np.int64(1), np.float32(1)]}})
+    with pytest.raises(
+        ValueError, match=r"column \('nest', 'sub'\)\. Got int64 but expected double\."
+    ):
+        w.append(
+            {"scalar": np.int64(1), "nest": {"sub": 1, "sub_list": [np.int64(1), np.float32(1)]}}
+        )
     with pytest.raises(ValueError, match=r"column \('nest', 'sub_list', 1\)"):
         w.append({"scalar": np.int64(1), "nest": {"sub": 1.0, "sub_list": [np.int64(1), 1.0]}})
 
@@ -293,8 +310,9 @@ def test_items_sampled_back_exactly(client):
     for i in range(10):
         w.append({"obs": np.full(2, i, np.float32), "act": np.int32(i)})
         if i >= 4:
-            w.create_item("queue", 1.0, {"obs": w.history["obs"][-5:],
-                                         "act": w.history["act"][[-1, -3]]})
+            w.create_item(
+                "queue", 1.0, {"obs": w.history["obs"][-5:], "act": w.history["act"][[-1, -3]]}
+            )
     w.flush()
     for i, (act, obs) in enumerate(_drain(client, "queue", 6)):  # dict keys sorted
         assert obs[:, 0].tolist() == list(range(i, i + 5))
@@ -338,10 +356,10 @@ def test_writer_blocks_instead_of_growing_without_bound(client):
 
 # -- Reverb 0.7's `get_signature_timeout_ms` (Acme 0.4 passes it) ---------------------------------
 
+
 @pytest.mark.parametrize("timeout_ms", [300_000, 0, np.int32(5)])
 def test_get_signature_timeout_ms_is_accepted_and_items_are_validated(client, timeout_ms):
-    with client.trajectory_writer(num_keep_alive_refs=2,
-                                  get_signature_timeout_ms=timeout_ms) as w:
+    with client.trajectory_writer(num_keep_alive_refs=2, get_signature_timeout_ms=timeout_ms) as w:
         w.append({"x": np.int32(1)})
         w.create_item("queue", 1.0, {"x": w.history["x"][-1]})
         with pytest.raises(errors.TableNotFoundError, match="nope"):
@@ -350,8 +368,15 @@ def test_get_signature_timeout_ms_is_accepted_and_items_are_validated(client, ti
 
 
 def test_get_signature_timeout_ms_none_skips_validation_as_reverb_07_did(make_server):
-    server = make_server(reverb.Table("p", reverb.selectors.Prioritized(1.0),
-                                      reverb.selectors.Fifo(), 10, reverb.rate_limiters.MinSize(1)))
+    server = make_server(
+        reverb.Table(
+            "p",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            10,
+            reverb.rate_limiters.MinSize(1),
+        )
+    )
     client = server.localhost_client()
     with client.trajectory_writer(2, get_signature_timeout_ms=None) as w:
         assert w._validate is False
@@ -363,8 +388,11 @@ def test_get_signature_timeout_ms_none_skips_validation_as_reverb_07_did(make_se
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "100"])
 def test_get_signature_timeout_ms_must_be_none_or_non_negative_integer(client, bad):
-    with pytest.raises(ValueError, match=rf"get_signature_timeout_ms \({bad!r}\) must be None or "
-                                         r"a non-negative integer \(milliseconds\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"get_signature_timeout_ms \({bad!r}\) must be None or "
+        r"a non-negative integer \(milliseconds\)",
+    ):
         client.trajectory_writer(2, get_signature_timeout_ms=bad)
 
 
@@ -375,8 +403,10 @@ def test_get_signature_timeout_ms_bounds_the_wait_for_an_unreachable_server():
     w = client.trajectory_writer(2, get_signature_timeout_ms=300)
     w.append({"x": 1})
     start = time.monotonic()
-    with pytest.raises(errors.DeadlineExceededError,
-                       match=r"signature of table 'q' within get_signature_timeout_ms=300"):
+    with pytest.raises(
+        errors.DeadlineExceededError,
+        match=r"signature of table 'q' within get_signature_timeout_ms=300",
+    ):
         w.create_item("q", 1.0, {"x": w.history["x"][-1]})
     assert time.monotonic() - start < 5
 

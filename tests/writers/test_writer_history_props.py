@@ -19,8 +19,13 @@ from hypothesis import strategies as st
 
 import ostinato as reverb
 
-SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 IDX = st.one_of(st.integers(-6, 6), st.integers(-14, 14))
 OPT_IDX = st.one_of(st.none(), IDX, st.just("len"))  # "len" stands for len(h)
@@ -93,10 +98,15 @@ def _to_index(spec, n: int):
 
 _INDEX = st.one_of(
     st.tuples(st.just("int"), st.one_of(IDX, st.just("len"))),
-    st.tuples(st.just("slice"), OPT_IDX, OPT_IDX,
-              st.one_of(st.none(), st.sampled_from([-4, -3, -2, -1, 1, 2, 3, 4]))),
-    st.tuples(st.just("slice"), st.one_of(st.none(), st.integers(0, 12)), st.just("len"),
-              st.none()),  # h[i:len(h)], Reverb's off-by-one (§4.2.4)
+    st.tuples(
+        st.just("slice"),
+        OPT_IDX,
+        OPT_IDX,
+        st.one_of(st.none(), st.sampled_from([-4, -3, -2, -1, 1, 2, 3, 4])),
+    ),
+    st.tuples(
+        st.just("slice"), st.one_of(st.none(), st.integers(0, 12)), st.just("len"), st.none()
+    ),  # h[i:len(h)], Reverb's off-by-one (§4.2.4)
     st.tuples(st.just("list"), st.lists(IDX, max_size=6)),
     st.tuples(st.just("list"), st.permutations([-1, -2, -3])),
     st.tuples(st.just("list"), st.permutations([-1, -3, -5])),
@@ -105,7 +115,10 @@ _INDEX = st.one_of(
 _APPEND = st.tuples(st.just("append"), st.booleans())  # flag: also write column "z"
 _OPS = st.lists(
     st.one_of(
-        _APPEND, _APPEND, _APPEND, _APPEND,
+        _APPEND,
+        _APPEND,
+        _APPEND,
+        _APPEND,
         st.tuples(st.just("end_episode"), st.booleans()),  # clear_buffers
         st.tuples(st.just("index"), st.sampled_from(["x", "z"]), _INDEX),
         st.tuples(st.just("index"), st.just("x"), _INDEX),
@@ -157,7 +170,11 @@ def test_history_indexing_and_items_match_list_model(keep, chunk, ops):
                 step_value += 1
                 data = {"x": _x(step_value)}
                 add_z = op[1]
-                if add_z and not writer_has_z(writer) and len(models["x"].values) != steps_in_episode:
+                if (
+                    add_z
+                    and not writer_has_z(writer)
+                    and len(models["x"].values) != steps_in_episode
+                ):
                     # A column first written after end_episode(clear_buffers=False) is padded
                     # wrongly: see test_new_column_after_episode_without_clearing_is_aligned.
                     add_z = False
@@ -227,9 +244,11 @@ def test_history_indexing_and_items_match_list_model(keep, chunk, ops):
 
 # -- example-based ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("chunk", [None, 2, 4])
-@pytest.mark.parametrize("picks", [[0, 2], [1, 0], [1, 0, 2], [2, 0, 1], [3, 1], [0, 0, 3],
-                                   [3, 2, 1, 0]])
+@pytest.mark.parametrize(
+    "picks", [[0, 2], [1, 0], [1, 0, 2], [2, 0, 1], [3, 1], [0, 0, 3], [3, 2, 1, 0]]
+)
 def test_non_contiguous_and_permuted_picks_sample_back_exactly(chunk, picks):
     """Reverb bug §4.2.2: picks within one chunk came back as the contiguous run."""
     with _queue_server() as client:
@@ -254,9 +273,9 @@ def test_len_indexing_is_python_list_like():
             h[len(h)]
         with pytest.raises(IndexError):
             h[-len(h) - 1]
-        np.testing.assert_array_equal(h[1:len(h)].numpy(), [1, 2, 3, 4])
-        np.testing.assert_array_equal(h[0:len(h):2].numpy(), [0, 2, 4])
-        w.create_item("q", 1.0, {"x": h[2:len(h)]})
+        np.testing.assert_array_equal(h[1 : len(h)].numpy(), [1, 2, 3, 4])
+        np.testing.assert_array_equal(h[0 : len(h) : 2].numpy(), [0, 2, 4])
+        w.create_item("q", 1.0, {"x": h[2 : len(h)]})
         s = next(client.sample("q", 1, emit_timesteps=False, timeout=2))
         np.testing.assert_array_equal(s.data[0], [2, 3, 4])
         w.close()
@@ -300,8 +319,9 @@ def test_items_across_end_episode_without_clearing(chunk):
         assert len(h) == 5  # the history spans both episodes
         w.create_item("q", 1.0, {"x": h[[4, 1, 3, 0]]})
         w.create_item("q", 2.0, {"x": h[1:]})
-        got = [next(client.sample("q", 1, emit_timesteps=False, timeout=2)).data[0]
-               for _ in range(2)]
+        got = [
+            next(client.sample("q", 1, emit_timesteps=False, timeout=2)).data[0] for _ in range(2)
+        ]
         np.testing.assert_array_equal(got[0], [4, 1, 3, 0])
         np.testing.assert_array_equal(got[1], [1, 2, 3, 4])
         w.close()

@@ -14,6 +14,14 @@ from ostinato.checkpointing.format import (
 )
 from ostinato.checkpointing.store import latest, list_checkpoints, load, save
 
-__all__ = ["FORMAT_VERSION", "CheckpointCorruptError", "CheckpointError",
-           "CheckpointMismatchError", "CheckpointNotFoundError", "latest", "list_checkpoints",
-           "load", "save"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
+    "latest",
+    "list_checkpoints",
+    "load",
+    "save",
+]

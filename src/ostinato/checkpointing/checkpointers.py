@@ -93,11 +93,19 @@ class DefaultCheckpointer(CheckpointerBase):
         that quick restores draw no progress bar (0: from the start).
     """
 
-    def __init__(self, path: str, group: str = "", fallback_checkpoint_path: str | None = None,
-                 *, keep: int = 1, every_seconds: float | None = None,
-                 compression: str | None = None, save_cpu_share: float = 0.5,
-                 progress: Callable[[str, int, int], None] | None = None,
-                 progress_after_seconds: float = store.PROGRESS_AFTER_S):
+    def __init__(
+        self,
+        path: str,
+        group: str = "",
+        fallback_checkpoint_path: str | None = None,
+        *,
+        keep: int = 1,
+        every_seconds: float | None = None,
+        compression: str | None = None,
+        save_cpu_share: float = 0.5,
+        progress: Callable[[str, int, int], None] | None = None,
+        progress_after_seconds: float = store.PROGRESS_AFTER_S,
+    ):
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ValueError(f"path ({path!r}) must be a non-empty directory path")
         if group:
@@ -107,13 +115,12 @@ class DefaultCheckpointer(CheckpointerBase):
             raise ValueError(f"every_seconds ({every_seconds!r}) must be None or > 0")
         if compression not in (None, "zstd"):
             raise ValueError(f"compression ({compression!r}) must be None or 'zstd'")
-        if not is_real(save_cpu_share) \
-                or not 0.0 < save_cpu_share <= 1.0:
+        if not is_real(save_cpu_share) or not 0.0 < save_cpu_share <= 1.0:
             raise ValueError(f"save_cpu_share ({save_cpu_share!r}) must be a number in (0, 1]")
-        if not is_real(progress_after_seconds) \
-                or not progress_after_seconds >= 0:
-            raise ValueError(f"progress_after_seconds ({progress_after_seconds!r}) must be a "
-                             "number >= 0")
+        if not is_real(progress_after_seconds) or not progress_after_seconds >= 0:
+            raise ValueError(
+                f"progress_after_seconds ({progress_after_seconds!r}) must be a number >= 0"
+            )
         self.path = os.fspath(path)
         self.group = group
         self.fallback_checkpoint_path = fallback_checkpoint_path
@@ -133,9 +140,15 @@ class DefaultCheckpointer(CheckpointerBase):
 
     def save(self, tables: Sequence[Any]) -> str:
         with self._lock:  # one save at a time
-            return store.save(self.path, list(tables), keep=self.keep,
-                              compression=self.compression, progress=self.progress,
-                              hook=self._hook, share=self.save_cpu_share)
+            return store.save(
+                self.path,
+                list(tables),
+                keep=self.keep,
+                compression=self.compression,
+                progress=self.progress,
+                hook=self._hook,
+                share=self.save_cpu_share,
+            )
 
     def restore(self, tables: Sequence[Any]) -> str | None:
         store.sweep_temporary(self.path)  # a server starts: no save of its own is running
@@ -145,15 +158,17 @@ class DefaultCheckpointer(CheckpointerBase):
             path = os.path.abspath(self.fallback_checkpoint_path)
             if not os.path.isdir(path):
                 raise CheckpointNotFoundError(
-                    f"fallback_checkpoint_path {path} is not a checkpoint directory")
+                    f"fallback_checkpoint_path {path} is not a checkpoint directory"
+                )
         if path is None:
             _log.info("no checkpoint under %s; starting with empty tables", self.path)
             return None
         store.load(path, by_name, self.progress, progress_after=self.progress_after_seconds)
         missing = sorted(set(by_name) - {m for m in _table_names(path)})
         if missing:
-            _log.warning("tables %s are not in checkpoint %s and start empty",
-                         ", ".join(missing), path)
+            _log.warning(
+                "tables %s are not in checkpoint %s and start empty", ", ".join(missing), path
+            )
         return path
 
     def start_periodic(self, save: Callable[[], str]) -> None:

@@ -39,9 +39,12 @@ def table_config(table: Any) -> dict[str, Any]:
         "remover": selector_config(table.remover.options()),
         "max_size": table.max_size,
         "max_times_sampled": table.max_times_sampled,
-        "rate_limiter": {"samples_per_insert": lim.samples_per_insert,
-                         "min_size_to_sample": lim.min_size_to_sample,
-                         "min_diff": lim.min_diff, "max_diff": lim.max_diff},
+        "rate_limiter": {
+            "samples_per_insert": lim.samples_per_insert,
+            "min_size_to_sample": lim.min_size_to_sample,
+            "min_diff": lim.min_diff,
+            "max_diff": lim.max_diff,
+        },
     }
 
 
@@ -52,11 +55,14 @@ def signature_to_json(table: Any) -> Any:
         # Refuse at save time what a restore could not read back (say, a tuple as a dict key).
         ok = signature_from_data(json.loads(json.dumps(data))) == table.signature
     except (ValueError, TypeError) as e:  # DecodeError is a ValueError
-        raise CheckpointError(f"the signature of table {table.name!r} cannot be "
-                              f"checkpointed: {e}") from None
+        raise CheckpointError(
+            f"the signature of table {table.name!r} cannot be checkpointed: {e}"
+        ) from None
     if not ok:
-        raise CheckpointError(f"the signature of table {table.name!r} does not survive "
-                              f"encoding as JSON: {table.signature!r}")
+        raise CheckpointError(
+            f"the signature of table {table.name!r} does not survive "
+            f"encoding as JSON: {table.signature!r}"
+        )
     return data
 
 
@@ -84,8 +90,13 @@ class ChunkCollector:
         tick = self.tick
         n = len(trajs)
         lens = np.fromiter(map(len, trajs), dtype=np.int64, count=n)
-        flat_item = np.fromiter(map(operator.is_, map(type, map(operator.itemgetter(0), trajs)),
-                                    itertools.repeat(Chunk)), dtype=bool, count=n)
+        flat_item = np.fromiter(
+            map(
+                operator.is_, map(type, map(operator.itemgetter(0), trajs)), itertools.repeat(Chunk)
+            ),
+            dtype=bool,
+            count=n,
+        )
         ncols = np.where(flat_item, lens // 3, lens)
         col_start = np.cumsum(ncols) - ncols
         nslices = np.ones(int(ncols.sum()), dtype=np.int64)
@@ -97,7 +108,7 @@ class ChunkCollector:
                 packed = trajs[i]
                 src[i] = tuple(itertools.chain.from_iterable(itertools.chain.from_iterable(packed)))
                 c0 = int(col_start[i])
-                nslices[c0:c0 + len(packed)] = [len(col) for col in packed]
+                nslices[c0 : c0 + len(packed)] = [len(col) for col in packed]
         tick()
         flat = list(itertools.chain.from_iterable(src))
         tick()
@@ -107,15 +118,17 @@ class ChunkCollector:
         del flat
         tick()
         s_chunk = self._chunk_positions(refs, off + ln)
-        flags = np.fromiter(itertools.chain.from_iterable(snap["squeeze"]), dtype=np.uint8,
-                            count=len(nslices))
+        flags = np.fromiter(
+            itertools.chain.from_iterable(snap["squeeze"]), dtype=np.uint8, count=len(nslices)
+        )
         tick()
         return {
             "keys": np.asarray(snap["keys"], dtype="<u8"),
             "priorities": np.asarray(snap["priorities"], dtype="<f8"),
             "times_sampled": np.asarray(snap["times_sampled"], dtype="<i4"),
-            "heap_order": np.asarray(snap["heap_order"] if snap["heap_order"] is not None
-                                     else np.zeros(0), dtype="<i8"),
+            "heap_order": np.asarray(
+                snap["heap_order"] if snap["heap_order"] is not None else np.zeros(0), dtype="<i8"
+            ),
             "ncols": ncols.astype("<u4"),
             "nslices": nslices.astype("<u4"),
             "slice_chunk": s_chunk.astype("<u4"),
@@ -163,11 +176,16 @@ def rows_to_store(chunk: Chunk, end: int) -> tuple[np.ndarray, bool | str]:
     if rows.dtype.hasobject:
         flat = rows.reshape(-1).tolist()
         if not all(isinstance(v, (bytes, str)) for v in flat):
-            raise CheckpointError(f"chunk {chunk.key} holds Python objects other than strings "
-                                  "or bytes; such data cannot be checkpointed")
+            raise CheckpointError(
+                f"chunk {chunk.key} holds Python objects other than strings "
+                "or bytes; such data cannot be checkpointed"
+            )
         flat = [(v.encode() if isinstance(v, str) else v) + b"\x01" for v in flat]
-        rows = np.array(flat, dtype=bytes).reshape(rows.shape) if flat else \
-            np.zeros(rows.shape, dtype="S1")
+        rows = (
+            np.array(flat, dtype=bytes).reshape(rows.shape)
+            if flat
+            else np.zeros(rows.shape, dtype="S1")
+        )
         is_object = STRINGS_SUFFIXED
     rows = np.ascontiguousarray(rows)
     if rows.dtype.byteorder == ">":
@@ -188,9 +206,12 @@ def restore_strings(data: np.ndarray, how: bool | str) -> np.ndarray:
 DECODE_BATCH = 1 << 16
 
 
-def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str,
-                 tick: Callable[[int], None] | None = None
-                 ) -> tuple[list[Any], list[tuple[bool, ...]]]:
+def decode_items(
+    arrs: dict[str, np.ndarray],
+    chunks: list[Chunk],
+    where: str,
+    tick: Callable[[int], None] | None = None,
+) -> tuple[list[Any], list[tuple[bool, ...]]]:
     """Packed trajectories and squeeze flags from a table's item arrays.
 
     Vectorised: items whose columns are one slice each (nearly all) are packed, a batch of
@@ -202,9 +223,15 @@ def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str,
     sc = arrs["slice_chunk"].astype(np.int64)
     so, sl, sq = arrs["slice_offset"], arrs["slice_length"], arrs["squeeze"]
     n = len(ncols)
-    if int(ncols.sum()) != len(nslices) or int(nslices.sum()) != len(sc) \
-            or len(sq) != len(nslices) or len(so) != len(sc) or len(sl) != len(sc) \
-            or (len(sc) and int(sc.max()) >= len(chunks)) or (n and int(ncols.min()) < 1):
+    if (
+        int(ncols.sum()) != len(nslices)
+        or int(nslices.sum()) != len(sc)
+        or len(sq) != len(nslices)
+        or len(so) != len(sc)
+        or len(sl) != len(sc)
+        or (len(sc) and int(sc.max()) >= len(chunks))
+        or (n and int(ncols.min()) < 1)
+    ):
         raise CheckpointCorruptError(f"{where}: item arrays are inconsistent")
     col_start = np.cumsum(ncols) - ncols  # first column of each item
     slice_start = np.cumsum(nslices) - nslices  # first slice of each column
@@ -225,8 +252,11 @@ def decode_items(arrs: dict[str, np.ndarray], chunks: list[Chunk], where: str,
             s = slice_start[fc]  # (items, columns): one slice per column
             fields: list[Any] = []  # chunk, offset, length of column 0, of column 1, ...
             for j in range(k):
-                fields += (map(get_chunk, sc[s[:, j]].tolist()), so[s[:, j]].tolist(),
-                           sl[s[:, j]].tolist())
+                fields += (
+                    map(get_chunk, sc[s[:, j]].tolist()),
+                    so[s[:, j]].tolist(),
+                    sl[s[:, j]].tolist(),
+                )
             trajs.append((fi, list(zip(*fields))))  # the tuples are built in C
         nf = np.flatnonzero(nonflat[a:b]) + a
         if len(nf):  # the packed form is a tuple of columns, each a tuple of slices
@@ -267,6 +297,5 @@ def _squeeze_tuples(flags: np.ndarray) -> list[tuple[bool, ...]]:
         return [items_lib.intern_squeeze(flags[0].tolist())] * m
     rows, inverse = np.unique(np.packbits(flags, axis=1), axis=0, return_inverse=True)
     k = flags.shape[1]
-    uniq = [items_lib.intern_squeeze(np.unpackbits(r, count=k).astype(bool).tolist())
-            for r in rows]
+    uniq = [items_lib.intern_squeeze(np.unpackbits(r, count=k).astype(bool).tolist()) for r in rows]
     return list(map(uniq.__getitem__, inverse.reshape(-1).tolist()))

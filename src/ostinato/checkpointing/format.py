@@ -101,7 +101,8 @@ def read_verified(ckpt_dir: str, name: str, entry: dict[str, Any]) -> bytes:
     if len(data) != entry["bytes"]:
         raise CheckpointCorruptError(
             f"checkpoint file {path} is truncated or padded: {len(data)} bytes, "
-            f"expected {entry['bytes']}")
+            f"expected {entry['bytes']}"
+        )
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise CheckpointCorruptError(f"checkpoint file {path} fails its sha256 checksum")
     return data
@@ -114,8 +115,15 @@ def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[d
         a = np.ascontiguousarray(a)
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
-        desc.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": off,
-                     "nbytes": a.nbytes})
+        desc.append(
+            {
+                "name": name,
+                "dtype": a.dtype.str,
+                "shape": list(a.shape),
+                "offset": off,
+                "nbytes": a.nbytes,
+            }
+        )
         off += a.nbytes
         out.append(a)
     return out, desc
@@ -130,15 +138,20 @@ def unpack_arrays(buf: bytes, desc: list[dict[str, Any]], where: str) -> dict[st
         end = d["offset"] + d["nbytes"]
         if end > len(buf) or d["nbytes"] != dt.itemsize * int(np.prod(d["shape"], dtype=np.int64)):
             raise CheckpointCorruptError(f"{where}: array {d['name']!r} does not fit the file")
-        out[d["name"]] = np.frombuffer(buf, dtype=dt, count=d["nbytes"] // max(dt.itemsize, 1),
-                                       offset=d["offset"]).reshape(d["shape"])
+        out[d["name"]] = np.frombuffer(
+            buf, dtype=dt, count=d["nbytes"] // max(dt.itemsize, 1), offset=d["offset"]
+        ).reshape(d["shape"])
     return out
 
 
 def write_manifest(ckpt_dir: str, body: dict[str, Any]) -> None:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-           "body_sha256": hashlib.sha256(text.encode()).hexdigest(), "body": body}
+    doc = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "body_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "body": body,
+    }
     w = HashingWriter(os.path.join(ckpt_dir, MANIFEST))
     w.write(json.dumps(doc, sort_keys=True, indent=1).encode())
     w.close()
@@ -153,13 +166,16 @@ def read_manifest(ckpt_dir: str) -> dict[str, Any]:
     except OSError as e:
         raise CheckpointCorruptError(f"checkpoint manifest {path} cannot be read: {e}") from None
     except ValueError as e:
-        raise CheckpointCorruptError(f"checkpoint manifest {path} is not valid JSON "
-                                     f"(truncated or corrupted?): {e}") from None
+        raise CheckpointCorruptError(
+            f"checkpoint manifest {path} is not valid JSON (truncated or corrupted?): {e}"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
         raise CheckpointCorruptError(f"{path} is not an Ostinato checkpoint manifest")
     if doc.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {doc.get('version')!r} is not "
-                              f"supported (this Ostinato reads version {FORMAT_VERSION})")
+        raise CheckpointError(
+            f"{path}: checkpoint format version {doc.get('version')!r} is not "
+            f"supported (this Ostinato reads version {FORMAT_VERSION})"
+        )
     body = doc.get("body")
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     if hashlib.sha256(text.encode()).hexdigest() != doc.get("body_sha256"):

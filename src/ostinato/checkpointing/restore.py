@@ -51,8 +51,9 @@ class DelayedProgress:
     progress so far, will take at least twice ``after`` in all.
     """
 
-    def __init__(self, progress: Progress, after: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, progress: Progress, after: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._progress = progress
         self._after = float(after)
         self._clock = clock
@@ -65,8 +66,7 @@ class DelayedProgress:
                 return
             ran = self._clock() - self._t0
             expected = ran * total / done if done > 0 else 0.0
-            if ran < self._after and not (ran >= self._after / 4
-                                          and expected >= 2 * self._after):
+            if ran < self._after and not (ran >= self._after / 4 and expected >= 2 * self._after):
                 return
             self.started = True
         self._progress(phase, done, total)
@@ -82,13 +82,18 @@ def _map_file(path: str, name: str, entry: dict[str, Any]) -> tuple[Any, memoryv
             if size != entry["bytes"]:
                 raise CheckpointCorruptError(
                     f"checkpoint file {full} is truncated or padded: {size} bytes, "
-                    f"expected {entry['bytes']}")
+                    f"expected {entry['bytes']}"
+                )
             if size == 0:
                 return None, memoryview(b"")
             try:
                 if hasattr(mmap, "MAP_POPULATE"):  # Linux: map and fault in at once
-                    mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
-                                   prot=mmap.PROT_READ)
+                    mm = mmap.mmap(
+                        f.fileno(),
+                        0,
+                        flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                        prot=mmap.PROT_READ,
+                    )
                 else:  # pragma: no cover - other platforms
                     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # pragma: no cover - a file system without mmap
@@ -111,52 +116,78 @@ def _sha256(view: memoryview) -> str:
     return hashlib.sha256(view).hexdigest()  # releases the GIL: runs beside the decoding
 
 
-def _load_chunks(path: str, body: dict[str, Any], arrs: dict[str, np.ndarray],
-                 views: dict[int, memoryview], advance: Callable[[int], None]) -> list[Chunk]:
+def _load_chunks(
+    path: str,
+    body: dict[str, Any],
+    arrs: dict[str, np.ndarray],
+    views: dict[int, memoryview],
+    advance: Callable[[int], None],
+) -> list[Chunk]:
     """Chunks with their rows copied out of the (mapped) data files."""
-    specs = [(np.dtype(s["dtype"]), tuple(s["row_shape"]), s["object"])
-             for s in body["chunk_specs"]]
+    specs = [
+        (np.dtype(s["dtype"]), tuple(s["row_shape"]), s["object"]) for s in body["chunk_specs"]
+    ]
     for dt, _, how in specs:
         if dt.hasobject:
             raise CheckpointCorruptError(f"{path}/manifest.json: chunk spec with an object dtype")
-        if how not in (False, True, encode.STRINGS_SUFFIXED) or \
-                how is True and dt.kind not in "SU" or \
-                how == encode.STRINGS_SUFFIXED and dt.kind != "S":
-            raise CheckpointCorruptError(f"{path}/manifest.json: chunk spec with 'object' "
-                                         f"{how!r} for dtype {dt}")
+        if (
+            how not in (False, True, encode.STRINGS_SUFFIXED)
+            or how is True
+            and dt.kind not in "SU"
+            or how == encode.STRINGS_SUFFIXED
+            and dt.kind != "S"
+        ):
+            raise CheckpointCorruptError(
+                f"{path}/manifest.json: chunk spec with 'object' {how!r} for dtype {dt}"
+            )
     spec_objs = [(dt, shape) for dt, shape, _ in specs]
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape, _ in specs]
     dctx = None
     chunks: list[Chunk] = []
     pending = 0
     for key, ep, si, rows, fi, off, ln, codec in zip(
-            arrs["key"].tolist(), arrs["episode_id"].tolist(), arrs["spec"].tolist(),
-            arrs["rows"].tolist(), arrs["file"].tolist(), arrs["offset"].tolist(),
-            arrs["stored_bytes"].tolist(), arrs["codec"].tolist()):
+        arrs["key"].tolist(),
+        arrs["episode_id"].tolist(),
+        arrs["spec"].tolist(),
+        arrs["rows"].tolist(),
+        arrs["file"].tolist(),
+        arrs["offset"].tolist(),
+        arrs["stored_bytes"].tolist(),
+        arrs["codec"].tolist(),
+    ):
         view = views[fi]
         if si >= len(specs) or rows < 0 or off < 0 or ln < 0 or off + ln > len(view):
-            raise CheckpointCorruptError(f"{path}/chunks.bin: chunk {key} does not fit "
-                                         f"data-{fi:05d}.bin or its spec")
+            raise CheckpointCorruptError(
+                f"{path}/chunks.bin: chunk {key} does not fit data-{fi:05d}.bin or its spec"
+            )
         dt, shape, is_object = specs[si]
         count = rows * sizes[si]
         if codec == ZSTD:
             dctx = dctx or zstd_module().ZstdDecompressor()
             try:
-                raw: Any = dctx.decompress(view[off:off + ln])
+                raw: Any = dctx.decompress(view[off : off + ln])
             except Exception as e:  # noqa: BLE001 - zstandard.ZstdError
-                raise CheckpointCorruptError(f"{path}/data-{fi:05d}.bin: chunk {key} cannot be "
-                                             f"decompressed: {e}") from None
+                raise CheckpointCorruptError(
+                    f"{path}/data-{fi:05d}.bin: chunk {key} cannot be decompressed: {e}"
+                ) from None
             stored = len(raw)
         else:
             raw, stored = view, ln
         if stored != count * dt.itemsize:
-            raise CheckpointCorruptError(f"{path}/data-{fi:05d}.bin: chunk {key} has "
-                                         f"{stored} bytes, expected {count * dt.itemsize}")
+            raise CheckpointCorruptError(
+                f"{path}/data-{fi:05d}.bin: chunk {key} has "
+                f"{stored} bytes, expected {count * dt.itemsize}"
+            )
         data = np.frombuffer(raw, dtype=dt, count=count, offset=0 if codec == ZSTD else off)
         data = data.reshape((rows, *shape))
         # Decompressed bytes belong to this chunk alone; mapped rows are copied out.
-        data = encode.restore_strings(data, is_object) if is_object else \
-            data if codec == ZSTD else data.copy()
+        data = (
+            encode.restore_strings(data, is_object)
+            if is_object
+            else data
+            if codec == ZSTD
+            else data.copy()
+        )
         data.flags.writeable = False
         chunks.append(Chunk(key, data, ep, spec=spec_objs[si]))
         pending += ln
@@ -179,10 +210,14 @@ def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> dic
         if t is None:
             raise CheckpointMismatchError(
                 f"checkpoint {path} holds table {meta['name']!r}, which the server does not "
-                f"have (server tables: {', '.join(sorted(tables))})")
+                f"have (server tables: {', '.join(sorted(tables))})"
+            )
         want, have = meta["config"], encode.table_config(t)
-        diff = [f"{k}: checkpoint {want[k]!r}, server {have[k]!r}" for k in want
-                if want[k] != have.get(k)]
+        diff = [
+            f"{k}: checkpoint {want[k]!r}, server {have[k]!r}"
+            for k in want
+            if want[k] != have.get(k)
+        ]
         sig = encode.signature_from_json(meta.get("signature"), f"{path}/{MANIFEST}")
         if sig is not None:
             signatures[meta["name"]] = sig
@@ -193,7 +228,8 @@ def check_tables(body: dict[str, Any], tables: dict[str, Any], path: str) -> dic
             raise CheckpointMismatchError(
                 f"table {meta['name']!r} of checkpoint {path} was configured differently from "
                 f"the server's table ({'; '.join(diff)}). Build the server with the "
-                "checkpoint's settings, or use a different checkpoint directory.")
+                "checkpoint's settings, or use a different checkpoint directory."
+            )
     return signatures
 
 
@@ -211,8 +247,13 @@ def _gc_paused() -> Any:
             gc.enable()
 
 
-def load(path: str, tables: dict[str, Any], progress: Progress | None = None, *,
-         progress_after: float = PROGRESS_AFTER_S) -> None:
+def load(
+    path: str,
+    tables: dict[str, Any],
+    progress: Progress | None = None,
+    *,
+    progress_after: float = PROGRESS_AFTER_S,
+) -> None:
     """Restores the checkpoint at ``path`` into the server's (empty) tables.
 
     Data files are mapped, and their sha256 computed in threads while the chunks are copied
@@ -224,27 +265,37 @@ def load(path: str, tables: dict[str, Any], progress: Progress | None = None, *,
         _load(path, tables, progress, progress_after)
 
 
-def _load(path: str, tables: dict[str, Any], progress: Progress | None,
-          progress_after: float) -> None:
+def _load(
+    path: str, tables: dict[str, Any], progress: Progress | None, progress_after: float
+) -> None:
     t0 = time.perf_counter()
     body = read_manifest(path)
     signatures = check_tables(body, tables, path)
     for meta in body["tables"]:
         if tables[meta["name"]].size:
-            raise CheckpointError(f"table {meta['name']!r} is not empty; a checkpoint is only "
-                                  "restored into empty tables")
+            raise CheckpointError(
+                f"table {meta['name']!r} is not empty; a checkpoint is only "
+                "restored into empty tables"
+            )
     files = body["files"]
     metas = body["tables"]
-    carr = unpack_arrays(read_verified(path, "chunks.bin", files["chunks.bin"]),
-                         body["chunk_arrays"], os.path.join(path, "chunks.bin"))
+    carr = unpack_arrays(
+        read_verified(path, "chunks.bin", files["chunks.bin"]),
+        body["chunk_arrays"],
+        os.path.join(path, "chunks.bin"),
+    )
     file_ids = sorted(set(carr["file"].tolist()))
     for fi in file_ids:
         if f"data-{fi:05d}.bin" not in files:
-            raise CheckpointCorruptError(f"{path}: chunk table names a missing file "
-                                         f"data-{fi:05d}.bin")
+            raise CheckpointCorruptError(
+                f"{path}: chunk table names a missing file data-{fi:05d}.bin"
+            )
     # Progress in bytes: data files once, items files twice (decoded, then restored).
-    total = sum(files[f"data-{fi:05d}.bin"]["bytes"] for fi in file_ids) \
-        + 2 * sum(int(m["items_raw_bytes"]) for m in metas) or 1
+    total = (
+        sum(files[f"data-{fi:05d}.bin"]["bytes"] for fi in file_ids)
+        + 2 * sum(int(m["items_raw_bytes"]) for m in metas)
+        or 1
+    )
     report = DelayedProgress(progress, progress_after) if progress is not None else None
     done = 0
 
@@ -257,9 +308,12 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
     dctx = zstd_module().ZstdDecompressor()
     decoded = []
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(ThreadPoolExecutor(
-            max_workers=max(1, min(len(file_ids), os.cpu_count() or 1, 4)),
-            thread_name_prefix="ostinato-ckpt-sha"))
+        pool = stack.enter_context(
+            ThreadPoolExecutor(
+                max_workers=max(1, min(len(file_ids), os.cpu_count() or 1, 4)),
+                thread_name_prefix="ostinato-ckpt-sha",
+            )
+        )
         views: dict[int, memoryview] = {}
         checks = []
         for fi in file_ids:
@@ -272,8 +326,10 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
         def verify() -> None:
             for fname, fut in checks:
                 if fut.result() != files[fname]["sha256"]:
-                    raise CheckpointCorruptError(f"checkpoint file {os.path.join(path, fname)} "
-                                                 "fails its sha256 checksum")
+                    raise CheckpointCorruptError(
+                        f"checkpoint file {os.path.join(path, fname)} fails its sha256 checksum"
+                    )
+
         try:
             chunks = _load_chunks(path, body, carr, views, advance)
             for meta in metas:
@@ -292,17 +348,30 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
                 def tick(items_done: int, per_item: float = per_item, last: list = last) -> None:
                     advance(int(items_done * per_item) - int(last[0] * per_item))
                     last[0] = items_done
+
                 trajs, squeezes = encode.decode_items(arrs, chunks, where, tick)
                 if len(trajs) != meta["num_items"] or n_items != len(trajs):
                     raise CheckpointCorruptError(f"{where}: expected {meta['num_items']} items")
                 ho = arrs["heap_order"]
-                if len(ho) and (len(ho) != n_items or int(ho.min()) < 0
-                                or int(ho.max()) >= n_items or np.bincount(ho).max() > 1):
+                if len(ho) and (
+                    len(ho) != n_items
+                    or int(ho.min()) < 0
+                    or int(ho.max()) >= n_items
+                    or np.bincount(ho).max() > 1
+                ):
                     raise CheckpointCorruptError(f"{where}: heap_order is not a permutation")
                 counts = np.bincount(arrs["slice_chunk"], minlength=len(chunks))
                 used = np.flatnonzero(counts)
-                decoded.append((meta, arrs, trajs, squeezes, ho if len(ho) else None,
-                                ([chunks[i] for i in used.tolist()], counts[used])))
+                decoded.append(
+                    (
+                        meta,
+                        arrs,
+                        trajs,
+                        squeezes,
+                        ho if len(ho) else None,
+                        ([chunks[i] for i in used.tolist()], counts[used]),
+                    )
+                )
         except Exception:
             verify()  # a damaged data file explains a decoding error best
             raise
@@ -315,11 +384,22 @@ def _load(path: str, tables: dict[str, Any], progress: Progress | None,
             # empty signature.
             table.set_signature(sig)
             _log.info("table %r has no signature; using the checkpoint's: %r", meta["name"], sig)
-        table.restore_items(arrs["keys"], arrs["priorities"], arrs["times_sampled"], trajs,
-                            squeezes, meta["counters"], ho, chunk_refs=refs)
+        table.restore_items(
+            arrs["keys"],
+            arrs["priorities"],
+            arrs["times_sampled"],
+            trajs,
+            squeezes,
+            meta["counters"],
+            ho,
+            chunk_refs=refs,
+        )
         advance(int(meta["items_raw_bytes"]))
     if report is not None:
         report("load", total, total)
-    _log.info("checkpoint %s restored (%s) in %.2f s", path,
-              ", ".join(f"{m['name']}: {m['num_items']} items" for m in metas),
-              time.perf_counter() - t0)
+    _log.info(
+        "checkpoint %s restored (%s) in %.2f s",
+        path,
+        ", ".join(f"{m['name']}: {m['num_items']} items" for m in metas),
+        time.perf_counter() - t0,
+    )

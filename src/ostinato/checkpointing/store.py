@@ -99,14 +99,17 @@ def list_checkpoints(root: str) -> list[str]:
         names = os.listdir(root)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if DIR_RE.match(n) and _looks_written_by_us(os.path.join(root, n)))
+    return sorted(
+        n for n in names if DIR_RE.match(n) and _looks_written_by_us(os.path.join(root, n))
+    )
 
 
 def _looks_written_by_us(path: str) -> bool:
     # A finished save always holds the manifest and chunks.bin; one of them alone means damage
     # (reported when loading), neither means the directory is not ours.
-    return os.path.exists(os.path.join(path, MANIFEST)) or \
-        os.path.exists(os.path.join(path, "chunks.bin"))
+    return os.path.exists(os.path.join(path, MANIFEST)) or os.path.exists(
+        os.path.join(path, "chunks.bin")
+    )
 
 
 def prune(root: str, keep: int) -> None:
@@ -127,9 +130,16 @@ def prune(root: str, keep: int) -> None:
     sweep_temporary(root)
 
 
-def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | None = None,
-         progress: Progress | None = None, hook: Callable[[str], None] | None = None,
-         share: float = 1.0) -> str:
+def save(
+    root: str,
+    tables: Sequence[Any],
+    *,
+    keep: int = 1,
+    compression: str | None = None,
+    progress: Progress | None = None,
+    hook: Callable[[str], None] | None = None,
+    share: float = 1.0,
+) -> str:
     """Writes a checkpoint of ``tables`` under ``root``; returns its absolute path.
 
     Each table's lock is held only while :meth:`Table.snapshot` copies its metadata and chunk
@@ -159,8 +169,21 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
         os.mkdir(tmp)
         lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(lock, fcntl.LOCK_EX)  # held until renamed: sweeps leave it alone
-        return _write(tmp, root, name, snaps, collector, table_arrays, signatures, keep,
-                      compression, progress, hook, pacer, t0)
+        return _write(
+            tmp,
+            root,
+            name,
+            snaps,
+            collector,
+            table_arrays,
+            signatures,
+            keep,
+            compression,
+            progress,
+            hook,
+            pacer,
+            t0,
+        )
     except BaseException:  # a failed save leaves nothing behind (renamed: nothing to remove)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -170,10 +193,21 @@ def save(root: str, tables: Sequence[Any], *, keep: int = 1, compression: str | 
         ACTIVE_TEMP_DIRS.discard(tmp)
 
 
-def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
-           table_arrays: list[Any], signatures: list[Any], keep: int, compression: str | None,
-           progress: Progress | None, hook: Callable[[str], None], pacer: Pacer,
-           t0: float) -> str:
+def _write(
+    tmp: str,
+    root: str,
+    name: str,
+    snaps: list[Any],
+    collector: Any,
+    table_arrays: list[Any],
+    signatures: list[Any],
+    keep: int,
+    compression: str | None,
+    progress: Progress | None,
+    hook: Callable[[str], None],
+    pacer: Pacer,
+    t0: float,
+) -> str:
     """Writes the checkpoint's files into ``tmp``, renames it to ``root/name`` and prunes;
     returns the checkpoint's path (the body of :func:`save`)."""
     files: dict[str, Any] = {}
@@ -216,9 +250,18 @@ def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
     if w is not None:
         files[os.path.basename(w.path)] = w.close()
     hook("data")
-    chunk_arrays, chunk_desc = pack_arrays({
-        "key": c_key, "episode_id": c_ep, "spec": c_spec, "rows": c_rows, "file": c_file,
-        "offset": c_off, "stored_bytes": c_len, "codec": c_codec})
+    chunk_arrays, chunk_desc = pack_arrays(
+        {
+            "key": c_key,
+            "episode_id": c_ep,
+            "spec": c_spec,
+            "rows": c_rows,
+            "file": c_file,
+            "offset": c_off,
+            "stored_bytes": c_len,
+            "codec": c_codec,
+        }
+    )
     w = HashingWriter(os.path.join(tmp, "chunks.bin"))
     for a in chunk_arrays:
         w.write(a)
@@ -231,17 +274,40 @@ def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
         w = HashingWriter(os.path.join(tmp, fname))
         w.write(zstd_module().ZstdCompressor(level=3).compress(blob))
         files[fname] = w.close()
-        tables_meta.append({
-            "name": table.name, "config": encode.table_config(table),
-            "signature": signatures[ti],
-            "counters": {k: int(snap[k]) for k in (
-                "inserts", "samples", "deletes", "num_deleted_episodes", "num_unique_samples")},
-            "num_items": len(arrs["keys"]), "items_file": fname, "items_codec": "zstd",
-            "items_raw_bytes": len(blob), "arrays": desc})
+        tables_meta.append(
+            {
+                "name": table.name,
+                "config": encode.table_config(table),
+                "signature": signatures[ti],
+                "counters": {
+                    k: int(snap[k])
+                    for k in (
+                        "inserts",
+                        "samples",
+                        "deletes",
+                        "num_deleted_episodes",
+                        "num_unique_samples",
+                    )
+                },
+                "num_items": len(arrs["keys"]),
+                "items_file": fname,
+                "items_codec": "zstd",
+                "items_raw_bytes": len(blob),
+                "arrays": desc,
+            }
+        )
     hook("items")
-    write_manifest(tmp, {
-        "created_unix": time.time(), "tables": tables_meta, "chunk_specs": specs,
-        "chunk_arrays": chunk_desc, "num_chunks": n, "files": files})
+    write_manifest(
+        tmp,
+        {
+            "created_unix": time.time(),
+            "tables": tables_meta,
+            "chunk_specs": specs,
+            "chunk_arrays": chunk_desc,
+            "num_chunks": n,
+            "files": files,
+        },
+    )
     fsync_dir(tmp)
     hook("manifest")
     final = os.path.join(root, name)
@@ -251,10 +317,16 @@ def _write(tmp: str, root: str, name: str, snaps: list[Any], collector: Any,
     if progress is not None:
         progress("save", total, total)
     prune(root, keep)
-    _log.info("checkpoint %s written (%d tables, %d chunks, %.1f MB) in %.2f s "
-              "(%.2f s paused to let the tables serve)", final,
-              len(tables_meta), n, sum(f["bytes"] for f in files.values()) / 1e6,
-              time.perf_counter() - t0, pacer.paused_s)
+    _log.info(
+        "checkpoint %s written (%d tables, %d chunks, %.1f MB) in %.2f s "
+        "(%.2f s paused to let the tables serve)",
+        final,
+        len(tables_meta),
+        n,
+        sum(f["bytes"] for f in files.values()) / 1e6,
+        time.perf_counter() - t0,
+        pacer.paused_s,
+    )
     return final
 
 
@@ -263,5 +335,13 @@ def latest(root: str) -> str | None:
     return os.path.join(os.path.abspath(root), names[-1]) if names else None
 
 
-__all__ = ["save", "load", "prune", "latest", "list_checkpoints", "check_tables",
-           "DelayedProgress", "sweep_temporary"]
+__all__ = [
+    "save",
+    "load",
+    "prune",
+    "latest",
+    "list_checkpoints",
+    "check_tables",
+    "DelayedProgress",
+    "sweep_temporary",
+]

@@ -38,7 +38,7 @@ def empty_aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = -buf.ctypes.data % ALIGNMENT
-    return buf[start:start + nbytes].view(dtype).reshape(shape)
+    return buf[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def item_columns(packed: Packed, squeeze: tuple[bool, ...], copy: bool = True) -> list[np.ndarray]:
@@ -47,10 +47,10 @@ def item_columns(packed: Packed, squeeze: tuple[bool, ...], copy: bool = True) -
     for ci, col in enumerate(columns(packed)):
         if len(col) == 1:
             c, o, n = col[0]
-            a = chunk_array(c)[o:o + n]
+            a = chunk_array(c)[o : o + n]
             a = np.array(a) if copy else a
         else:
-            a = np.concatenate([chunk_array(c)[o:o + n] for c, o, n in col])
+            a = np.concatenate([chunk_array(c)[o : o + n] for c, o, n in col])
         if squeeze[ci]:
             if len(a) != 1:
                 raise ValueError(f"Tried to squeeze column with batch size {len(a)}")
@@ -91,8 +91,7 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
     flat_len = 3 * ncols
     # Every item's columns single slices (the usual case): rows are read column by column
     # with map() instead of a Python loop over items.
-    all_flat = set(map(type, map(_first, trajs))) == {Chunk} and \
-        set(map(len, trajs)) == {flat_len}
+    all_flat = set(map(type, map(_first, trajs))) == {Chunk} and set(map(len, trajs)) == {flat_len}
     outs = []
     for c, (col, s) in enumerate(zip(template, sq)):
         dtype, row = chunk_spec(col[0][0])
@@ -105,8 +104,11 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
                 outs.append(scalars)
                 continue
         shape = (n, *row) if s and not unsqueeze else (n, length, *row)
-        rows = (_flat_column_rows(trajs, c, length) if all_flat
-                else _column_rows(trajs, c, flat_len, ncols, length))
+        rows = (
+            _flat_column_rows(trajs, c, length)
+            if all_flat
+            else _column_rows(trajs, c, flat_len, ncols, length)
+        )
         if rows is None:
             return None
         out = empty_aligned(shape, dtype)
@@ -122,8 +124,9 @@ def gather(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray] | No
 _NOT_ALIKE: Any = object()
 
 
-def _gather_located(located: Located, sq: tuple[bool, ...], n: int,
-                    unsqueeze: bool) -> list[np.ndarray] | None:
+def _gather_located(
+    located: Located, sq: tuple[bool, ...], n: int, unsqueeze: bool
+) -> list[np.ndarray] | None:
     """The columns of items the table located (:mod:`ostinato.core.locations`): each column's
     rows copied out of its writer block(s) with one ``take`` per block. None if the items'
     columns differ in length or in the dtype or row shape of their blocks."""
@@ -145,12 +148,15 @@ def _gather_located(located: Located, sq: tuple[bool, ...], n: int,
             return None
         blocks = {k: registered_block(k) for k in keys}
         first = blocks[lo]
-        if first is None or any(b is None or b.dtype != first.dtype or b.shape[1:] != first.shape[1:]
-                                for b in blocks.values()):
+        if first is None or any(
+            b is None or b.dtype != first.dtype or b.shape[1:] != first.shape[1:]
+            for b in blocks.values()
+        ):
             return None
         row = first.shape[1:]
-        out = empty_aligned((n, *row) if squeezed and not unsqueeze else (n, length, *row),
-                            first.dtype)
+        out = empty_aligned(
+            (n, *row) if squeezed and not unsqueeze else (n, length, *row), first.dtype
+        )
         flat = out.reshape(n * length, *row)
         idx = starts.astype(np.intp)
         if length != 1:
@@ -165,7 +171,8 @@ def _gather_located(located: Located, sq: tuple[bool, ...], n: int,
                 block = blocks[int(codes[group[0]])]
                 rows_idx = idx.reshape(n, length)[group].reshape(-1)
                 per_item[group] = block.take(  # type: ignore[union-attr]  # checked above
-                    rows_idx, axis=0).reshape(len(group), -1)
+                    rows_idx, axis=0
+                ).reshape(len(group), -1)
         outs.append(out)
     return outs
 
@@ -180,8 +187,11 @@ def _squeezed_scalars(trajs: list[Packed], c: int, all_flat: bool, dtype: np.dty
     if not _same_spec(chunks):
         return _NOT_ALIKE
     out = empty_aligned((len(trajs),), dtype)
-    out[:] = np.fromiter(map(operator.getitem, _arrays(chunks), map(operator.itemgetter(j + 1), trajs)),
-                         dtype, len(trajs))
+    out[:] = np.fromiter(
+        map(operator.getitem, _arrays(chunks), map(operator.itemgetter(j + 1), trajs)),
+        dtype,
+        len(trajs),
+    )
     return out
 
 
@@ -217,12 +227,14 @@ def _flat_column_rows(trajs: list[Packed], c: int, length: int) -> list[np.ndarr
     offsets = list(map(operator.itemgetter(j + 1), trajs))
     ends = map(operator.add, offsets, itertools.repeat(length))
     getitem: Any = operator.getitem
-    return list(map(getitem, _arrays(list(map(operator.itemgetter(j), trajs))),
-                    map(slice, offsets, ends)))
+    return list(
+        map(getitem, _arrays(list(map(operator.itemgetter(j), trajs))), map(slice, offsets, ends))
+    )
 
 
-def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
-                 length: int) -> list[np.ndarray] | None:
+def _column_rows(
+    trajs: list[Any], c: int, flat_len: int, ncols: int, length: int
+) -> list[np.ndarray] | None:
     """Views of the rows of column ``c`` of every item, in order; None if an item's column
     does not have ``length`` rows (or the items have different numbers of columns)."""
     j = 3 * c
@@ -236,13 +248,13 @@ def _column_rows(trajs: list[Any], c: int, flat_len: int, ncols: int,
             if type(data) is not np.ndarray:
                 data = chunk_array(packed[j])
             off = packed[j + 1]
-            add(data[off:off + length])
+            add(data[off : off + length])
             continue
         if len(packed) != ncols:  # a column spans chunks: several slices
             return None
         total = 0
         for chunk, off, ln in packed[c]:
-            add(chunk_array(chunk)[off:off + ln])
+            add(chunk_array(chunk)[off : off + ln])
             total += ln
         if total != length:
             return None

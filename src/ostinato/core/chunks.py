@@ -63,11 +63,27 @@ class Chunk:
         one block with a single ``take``. ``None`` otherwise.
     """
 
-    __slots__ = ("key", "data", "episode_id", "refs", "_nbytes", "spec", "origin", "_store",
-                 "_counted")
+    __slots__ = (
+        "key",
+        "data",
+        "episode_id",
+        "refs",
+        "_nbytes",
+        "spec",
+        "origin",
+        "_store",
+        "_counted",
+    )
 
-    def __init__(self, key: int, data: Any, episode_id: int = 0, nbytes: int | None = None,
-                 spec: Any = None, origin: tuple[np.ndarray, int] | None = None):
+    def __init__(
+        self,
+        key: int,
+        data: Any,
+        episode_id: int = 0,
+        nbytes: int | None = None,
+        spec: Any = None,
+        origin: tuple[np.ndarray, int] | None = None,
+    ):
         self.key = key
         self.data = data
         self.episode_id = episode_id

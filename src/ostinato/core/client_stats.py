@@ -16,8 +16,25 @@ from typing import Any, Protocol
 
 #: Upper bounds (seconds) of the confirmation-latency buckets: 100 us to 60 s.
 LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0, 30.0, 60.0)
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 
 
 class Histogram:
@@ -50,8 +67,7 @@ class Histogram:
         with self._lock:
             counts = list(self._counts)
             total = self._sum
-        return {"bounds": list(self.bounds), "counts": counts, "sum": total,
-                "count": sum(counts)}
+        return {"bounds": list(self.bounds), "counts": counts, "sum": total, "count": sum(counts)}
 
 
 class _Stream(Protocol):
@@ -113,8 +129,13 @@ class ClientStats:
                 except Exception:  # noqa: BLE001 - a stream closing meanwhile
                     continue
             lat = t.latency.snapshot()
-            out[address] = {"streams": len(streams), "pending": pending,
-                            "requests": t.counts[0], "confirmed": t.counts[1], "latency": lat}
+            out[address] = {
+                "streams": len(streams),
+                "pending": pending,
+                "requests": t.counts[0],
+                "confirmed": t.counts[1],
+                "latency": lat,
+            }
         return out
 
 

@@ -63,9 +63,14 @@ def seconds_from_ms(timeout_ms: int | float | None) -> float | None:
     return timeout_ms / 1000.0
 
 
-def wait_for(cv: threading.Condition, done: Callable[[], bool], deadline: Deadline,
-             expired: Callable[[], BaseException], check: Callable[[], None] | None = None,
-             slice_s: float = 0.2) -> None:
+def wait_for(
+    cv: threading.Condition,
+    done: Callable[[], bool],
+    deadline: Deadline,
+    expired: Callable[[], BaseException],
+    check: Callable[[], None] | None = None,
+    slice_s: float = 0.2,
+) -> None:
     """Waits, with ``cv`` held, until ``done()``.
 
     ``check()`` runs before each wait and once more at the end; it raises to stop the wait

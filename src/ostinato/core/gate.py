@@ -87,8 +87,14 @@ class Gate:
             self.notify_all()
 
     # -- waiting -------------------------------------------------------------------------------
-    def wait(self, ready: Callable[[], bool], deadline: Deadline, what: str,
-             describe: Callable[[], str], done: list[Any] | None = None) -> None:
+    def wait(
+        self,
+        ready: Callable[[], bool],
+        deadline: Deadline,
+        what: str,
+        describe: Callable[[], str],
+        done: list[Any] | None = None,
+    ) -> None:
         """Waits until ``ready()``.
 
         Raises:
@@ -103,12 +109,14 @@ class Gate:
             while not ready():
                 if self.closed:
                     raise errors.CancelledError(
-                        f"Table {self.name!r} was closed while waiting to {what}.")
+                        f"Table {self.name!r} was closed while waiting to {what}."
+                    )
                 remaining = deadline.remaining()
                 if remaining is not None and remaining <= 0:
                     err = errors.RateLimiterTimeout(
                         f"Rate limiter of table {self.name!r} did not allow the {what} before "
-                        f"the deadline ({describe()}).")
+                        f"the deadline ({describe()})."
+                    )
                     err.inserted = list(done or [])  # type: ignore[attr-defined]
                     raise err
                 if waits is None:
@@ -134,8 +142,7 @@ class Gate:
         i, s = self._insert_waits, self._sample_waits
         return WaitStats(i.now, s.now, i.seconds(now), s.seconds(now))
 
-    def linger(self, n: int, seconds: float, deadline: Deadline,
-               short: Callable[[], bool]) -> None:
+    def linger(self, n: int, seconds: float, deadline: Deadline, short: Callable[[], bool]) -> None:
         """Waits up to ``seconds`` (and within ``deadline``) while ``short()``: a sampler that
         was admitted fewer than the ``n`` items it asked for, waiting for the rest."""
         end = time.monotonic() + seconds
@@ -152,9 +159,16 @@ class Gate:
             finally:
                 self._lingering.remove(n)
 
-    def wait_to_sample(self, n: int, allowed: Callable[[int], int], deadline: Deadline,
-                       describe: Callable[[], str], cancelled: Callable[[], bool] | None,
-                       linger: float, can_insert: Callable[[int], bool]) -> bool:
+    def wait_to_sample(
+        self,
+        n: int,
+        allowed: Callable[[int], int],
+        deadline: Deadline,
+        describe: Callable[[], str],
+        cancelled: Callable[[], bool] | None,
+        linger: float,
+        can_insert: Callable[[int], bool],
+    ) -> bool:
         """Waits until at least one of ``n`` samples is ``allowed``; then, if fewer than ``n``
         are and ``linger`` > 0, lingers once for the rest (while inserts are not blocked).
         Stops early once ``cancelled()``. Returns whether the call had to wait."""
@@ -165,13 +179,20 @@ class Gate:
                 if cancelled is None:
                     self.wait(lambda: allowed(1) >= 1, deadline, "sample", describe)
                 else:
-                    self.wait(lambda: cancelled() or allowed(1) >= 1, deadline, "sample",
-                              describe)
+                    self.wait(lambda: cancelled() or allowed(1) >= 1, deadline, "sample", describe)
             if linger > 0 and n > 1 and allowed(n) < n:
-                self.linger(n, linger, deadline, lambda: allowed(n) < n and not (
-                    cancelled is not None and cancelled()) and can_insert(1))
+                self.linger(
+                    n,
+                    linger,
+                    deadline,
+                    lambda: (
+                        allowed(n) < n
+                        and not (cancelled is not None and cancelled())
+                        and can_insert(1)
+                    ),
+                )
                 linger = 0.0  # once: then take what is admitted (or wait again if others
-                continue      # sampled everything meanwhile)
+                continue  # sampled everything meanwhile)
             return waited
 
     # -- waking --------------------------------------------------------------------------------
@@ -186,8 +207,9 @@ class Gate:
         if self._waiting:
             self.cond.notify_all()
 
-    def notify_inserted(self, admitted: Callable[[int], int],
-                        inserts_blocked: Callable[[], bool]) -> None:
+    def notify_inserted(
+        self, admitted: Callable[[int], int], inserts_blocked: Callable[[], bool]
+    ) -> None:
         """After inserts: wakes blocked calls, and lingering samplers whose batch is now
         ``admitted`` -- or all of them if inserts now block (a lingering sampler must not hold
         writers back)."""

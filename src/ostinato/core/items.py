@@ -95,13 +95,32 @@ class SampleBatch:
     column, batch dimension first) has them in ``columns`` and may have no ``trajectories``.
     """
 
-    __slots__ = ("keys", "probabilities", "table_sizes", "priorities", "times_sampled",
-                 "trajectories", "squeeze", "rate_limited", "columns", "located")
+    __slots__ = (
+        "keys",
+        "probabilities",
+        "table_sizes",
+        "priorities",
+        "times_sampled",
+        "trajectories",
+        "squeeze",
+        "rate_limited",
+        "columns",
+        "located",
+    )
 
-    def __init__(self, keys: np.ndarray, probabilities: np.ndarray, table_sizes: np.ndarray,
-                 priorities: np.ndarray, times_sampled: np.ndarray, trajectories: list[Packed],
-                 squeeze: list[tuple[bool, ...]], rate_limited: bool = False,
-                 columns: list[np.ndarray] | None = None, located: Any = None):
+    def __init__(
+        self,
+        keys: np.ndarray,
+        probabilities: np.ndarray,
+        table_sizes: np.ndarray,
+        priorities: np.ndarray,
+        times_sampled: np.ndarray,
+        trajectories: list[Packed],
+        squeeze: list[tuple[bool, ...]],
+        rate_limited: bool = False,
+        columns: list[np.ndarray] | None = None,
+        located: Any = None,
+    ):
         self.columns = columns
         #: :class:`~ostinato.core.locations.Located` when the table knows where every item's
         #: rows are (batch assembly then takes them from the writers' blocks at once).

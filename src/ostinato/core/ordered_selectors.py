@@ -259,5 +259,3 @@ def MinHeap() -> HeapSelector:
 def MaxHeap() -> HeapSelector:
     """Selects the item with the highest priority."""
     return HeapSelector(False)
-
-

@@ -51,11 +51,14 @@ class RateLimiter:
       max_diff: upper bound of ``inserts * samples_per_insert - samples`` for inserting.
     """
 
-    def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float,
-                 max_diff: float):
+    def __init__(
+        self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float
+    ):
         min_size_to_sample = _as_int(min_size_to_sample, "min_size_to_sample")
         if min_size_to_sample < 1:
-            raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be a positive integer")
+            raise ValueError(
+                f"min_size_to_sample ({min_size_to_sample}) must be a positive integer"
+            )
         samples_per_insert = float(samples_per_insert)
         if not samples_per_insert > 0 or math.isinf(samples_per_insert):
             raise ValueError(f"samples_per_insert ({samples_per_insert}) must be > 0 and finite")
@@ -92,8 +95,9 @@ class RateLimiter:
 
     def clone(self) -> RateLimiter:
         """A fresh limiter with the same configuration and zero counters."""
-        return RateLimiter(self._samples_per_insert, self._min_size_to_sample, self._min_diff,
-                           self._max_diff)
+        return RateLimiter(
+            self._samples_per_insert, self._min_size_to_sample, self._min_diff, self._max_diff
+        )
 
     # -- queries (caller holds the table lock) --------------------------------------------------
     def can_insert(self, n: int = 1) -> bool:
@@ -172,9 +176,15 @@ class MinSize(RateLimiter):
 
     def __init__(self, min_size_to_sample: int):
         if not isinstance(min_size_to_sample, (int, float)) or min_size_to_sample < 1:
-            raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be a positive integer")
-        super().__init__(samples_per_insert=1.0, min_size_to_sample=min_size_to_sample,
-                         min_diff=-_MAX, max_diff=_MAX)
+            raise ValueError(
+                f"min_size_to_sample ({min_size_to_sample}) must be a positive integer"
+            )
+        super().__init__(
+            samples_per_insert=1.0,
+            min_size_to_sample=min_size_to_sample,
+            min_diff=-_MAX,
+            max_diff=_MAX,
+        )
 
 
 class SampleToInsertRatio(RateLimiter):
@@ -187,8 +197,12 @@ class SampleToInsertRatio(RateLimiter):
         min_size_to_sample``) or an explicit ``(min_diff, max_diff)`` pair.
     """
 
-    def __init__(self, samples_per_insert: float, min_size_to_sample: int,
-                 error_buffer: float | tuple[float, float]):
+    def __init__(
+        self,
+        samples_per_insert: float,
+        min_size_to_sample: int,
+        error_buffer: float | tuple[float, float],
+    ):
         if isinstance(error_buffer, (int, float)) and not isinstance(error_buffer, bool):
             offset = samples_per_insert * min_size_to_sample
             min_diff = offset - error_buffer
@@ -212,7 +226,10 @@ class SampleToInsertRatio(RateLimiter):
             _log.warning(
                 "max_diff (%s) is lower than samples_per_insert * min_size_to_sample (%s); "
                 "inserts can block before sampling may start, which deadlocks unless samplers "
-                "and writers run concurrently.", max_diff, samples_per_insert * min_size_to_sample)
+                "and writers run concurrently.",
+                max_diff,
+                samples_per_insert * min_size_to_sample,
+            )
         if min_diff > samples_per_insert * min_size_to_sample:
             raise ValueError(
                 f"min_diff ({min_diff}) must be <= samples_per_insert * min_size_to_sample "
@@ -220,7 +237,9 @@ class SampleToInsertRatio(RateLimiter):
                 "min_size_to_sample items are stored"
             )
         if min_size_to_sample < 1:
-            raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be a positive integer")
+            raise ValueError(
+                f"min_size_to_sample ({min_size_to_sample}) must be a positive integer"
+            )
         super().__init__(samples_per_insert, min_size_to_sample, min_diff, max_diff)
 
 
@@ -230,8 +249,9 @@ class _AtMostUnsampled(RateLimiter):
 
     def __init__(self, size: int):
         size = positive_int("size", size)
-        super().__init__(samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0,
-                         max_diff=float(size))
+        super().__init__(
+            samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0, max_diff=float(size)
+        )
 
 
 class Queue(_AtMostUnsampled):

@@ -86,5 +86,3 @@ class ItemSelector:
         # A selector is configuration as far as users are concerned: ``sampler or Fifo()``
         # must keep the caller's selector whatever it holds (Reverb's selectors are truthy).
         return True
-
-

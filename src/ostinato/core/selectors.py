@@ -113,9 +113,13 @@ class Prioritized(ItemSelector):
         try:
             e = float(priority_exponent)
         except (TypeError, ValueError):
-            raise ValueError(f"priority_exponent ({priority_exponent!r}) must be a number") from None
+            raise ValueError(
+                f"priority_exponent ({priority_exponent!r}) must be a number"
+            ) from None
         if not math.isfinite(e) or e < 0:
-            raise ValueError(f"priority_exponent ({priority_exponent!r}) must be a finite number >= 0")
+            raise ValueError(
+                f"priority_exponent ({priority_exponent!r}) must be a finite number >= 0"
+            )
         self._exponent = e
         self._tree = SumTree(1024)
         self._uniform = Uniform()  # live slots, for the all-zero-weight fallback
@@ -136,7 +140,8 @@ class Prioritized(ItemSelector):
         if not w <= MAX_WEIGHT:
             raise ValueError(
                 f"Priority {priority} is too large: priority ** priority_exponent "
-                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}.")
+                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}."
+            )
 
     def validate_priorities(self, priorities: np.ndarray) -> None:
         if np.isnan(priorities).any():
@@ -150,7 +155,8 @@ class Prioritized(ItemSelector):
             bad = priorities[~(w <= MAX_WEIGHT)][0]
             raise ValueError(
                 f"Priority {bad} is too large: priority ** priority_exponent "
-                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}.")
+                f"({self._exponent:g}) must be at most {MAX_WEIGHT:g}."
+            )
 
     def _weight(self, priority: float) -> float:
         return 0.0 if priority == 0 else priority**self._exponent
@@ -219,8 +225,9 @@ class Prioritized(ItemSelector):
         self._uniform.clear()
 
     def options(self) -> KeyDistributionOptions:
-        return KeyDistributionOptions(prioritized=PrioritizedOptions(self._exponent),
-                                      is_deterministic=False)
+        return KeyDistributionOptions(
+            prioritized=PrioritizedOptions(self._exponent), is_deterministic=False
+        )
 
     def clone(self) -> Prioritized:
         return Prioritized(self._exponent)
@@ -232,8 +239,9 @@ class Prioritized(ItemSelector):
         return f"PrioritizedSelector(priority_exponent={self._exponent:g})"
 
 
-def check_priorities(prioritized: tuple[ItemSelector, ...], priorities: float | np.ndarray,
-                     table: str) -> None:
+def check_priorities(
+    prioritized: tuple[ItemSelector, ...], priorities: float | np.ndarray, table: str
+) -> None:
     """Raises ``InvalidArgumentError`` for a priority (or array of them) that a table whose
     ``prioritized`` selectors are these cannot take: NaN anywhere; negative or too large for a
     Prioritized selector. The message names the table."""
@@ -248,7 +256,8 @@ def check_priorities(prioritized: tuple[ItemSelector, ...], priorities: float | 
                 sel.validate_priorities(priorities)  # type: ignore[arg-type]
         except ValueError as e:
             raise InvalidArgumentError(
-                f"{e} (table {table!r} uses a Prioritized selector)") from None
+                f"{e} (table {table!r} uses a Prioritized selector)"
+            ) from None
 
 
 def selector_from_options(options: KeyDistributionOptions) -> ItemSelector:

@@ -39,8 +39,9 @@ def flatten_signature(signature: Any) -> list[TensorSpec] | None:
     """
     if signature is None:
         return None
-    paths, leaves, _ = optree.tree_flatten_with_path(signature, is_leaf=is_spec_like,
-                                                     none_is_leaf=True)
+    paths, leaves, _ = optree.tree_flatten_with_path(
+        signature, is_leaf=is_spec_like, none_is_leaf=True
+    )
     if not leaves:
         return None
     out = []
@@ -64,8 +65,9 @@ def signature_structure(signature: Any) -> Any:
 ColumnShape = tuple[np.dtype, tuple[int, ...], "tuple[int, ...] | None"]
 
 
-def check_columns(table: str, signature: Sequence[TensorSpec] | None,
-                  columns: Sequence[ColumnShape]) -> None:
+def check_columns(
+    table: str, signature: Sequence[TensorSpec] | None, columns: Sequence[ColumnShape]
+) -> None:
     """Raises unless an item's columns fit a table's flat signature (``None``: anything fits).
 
     Raises:
@@ -78,16 +80,20 @@ def check_columns(table: str, signature: Sequence[TensorSpec] | None,
         raise InvalidArgumentError(
             f"Unable to create item in table '{table}' since the provided trajectory is "
             f"inconsistent with the table signature. The trajectory has {len(columns)} columns "
-            f"but the table signature has {len(signature)} columns.")
+            f"but the table signature has {len(signature)} columns."
+        )
     for i, ((dtype, shape, step_shape), spec) in enumerate(zip(columns, signature)):
-        if dtype == spec.dtype and (spec.is_compatible_with(shape) or (
-                step_shape is not None and spec.is_compatible_with(step_shape))):
+        if dtype == spec.dtype and (
+            spec.is_compatible_with(shape)
+            or (step_shape is not None and spec.is_compatible_with(step_shape))
+        ):
             continue
         raise InvalidArgumentError(
             f"Unable to create item in table '{table}' since the provided trajectory is "
             f"inconsistent with the table signature. The table expects column {i} "
             f"({spec.name}) to be a {dtype_name(spec.dtype)} {shape_str(spec.shape)} "
-            f"tensor but got a {dtype_name(dtype)} {shape_str(shape)} tensor.")
+            f"tensor but got a {dtype_name(dtype)} {shape_str(shape)} tensor."
+        )
 
 
 # -- a signature as plain data (messages, checkpoints) ---------------------------------------------
@@ -125,13 +131,18 @@ def _from_data(m: Any, depth: int) -> Any:
         return None
     if not isinstance(m, dict) or len(m) != 1:
         raise DecodeError("bad signature element")
-    (kind, v), = m.items()
+    ((kind, v),) = m.items()
     if kind == "spec":
         if not isinstance(v, list) or len(v) != 3:
             raise DecodeError("bad spec")
         dims = v[0]
-        if not isinstance(dims, list) or len(dims) > MAX_DIMS or not all(
-                isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**31 for d in dims):
+        if (
+            not isinstance(dims, list)
+            or len(dims) > MAX_DIMS
+            or not all(
+                isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**31 for d in dims
+            )
+        ):
             raise DecodeError(f"bad spec shape {dims!r}")
         shape = [None if d == -1 else d for d in dims]
         return TensorSpec(shape, dtype_from_str(v[1]), v[2] if isinstance(v[2], str) else None)

@@ -94,8 +94,9 @@ class Slots:
     def __len__(self) -> int:
         return len(self.key_to_slot)
 
-    def add(self, key: int, priority: float, traj: items_lib.Packed,
-            squeeze: tuple[bool, ...]) -> int:
+    def add(
+        self, key: int, priority: float, traj: items_lib.Packed, squeeze: tuple[bool, ...]
+    ) -> int:
         """Stores a new item (its key must be unused) and references its chunks; returns its slot."""
         if not self.free:
             self._grow()
@@ -201,26 +202,40 @@ class Slots:
         np.add.at(times, slots, 1)
         return old + rank + 1, int(((old == 0) & (rank == 0)).sum())
 
-    def sample_batch(self, slots: np.ndarray, probabilities: np.ndarray,
-                     times_sampled: np.ndarray) -> items_lib.SampleBatch:
+    def sample_batch(
+        self, slots: np.ndarray, probabilities: np.ndarray, times_sampled: np.ndarray
+    ) -> items_lib.SampleBatch:
         """The :class:`~ostinato.core.items.SampleBatch` of the items in ``slots``."""
         sl = slots.tolist()
         traj = self.traj
         sq = self.squeeze
         return items_lib.SampleBatch(
-            self.keys[slots], probabilities, np.full(len(sl), len(self.key_to_slot), np.int64),
-            self.priorities[slots], times_sampled.astype(np.int32), [traj[i] for i in sl],
-            [sq[i] for i in sl], located=self.locations.take(slots))
+            self.keys[slots],
+            probabilities,
+            np.full(len(sl), len(self.key_to_slot), np.int64),
+            self.priorities[slots],
+            times_sampled.astype(np.int32),
+            [traj[i] for i in sl],
+            [sq[i] for i in sl],
+            located=self.locations.take(slots),
+        )
 
     def in_insertion_order(self) -> np.ndarray:
         """The slots of all items, oldest insertion first."""
         slots = np.fromiter(self.key_to_slot.values(), dtype=np.int64, count=len(self.key_to_slot))
         return slots[np.argsort(self.sequence[slots], kind="stable")]
 
-    def fill(self, keys: np.ndarray, key_to_slot: dict[int, int], priorities: np.ndarray,
-             times_sampled: np.ndarray, trajectories: Sequence[items_lib.Packed],
-             squeeze: Sequence[tuple[bool, ...]], chunks: Sequence[Chunk],
-             counts: Sequence[int]) -> None:
+    def fill(
+        self,
+        keys: np.ndarray,
+        key_to_slot: dict[int, int],
+        priorities: np.ndarray,
+        times_sampled: np.ndarray,
+        trajectories: Sequence[items_lib.Packed],
+        squeeze: Sequence[tuple[bool, ...]],
+        chunks: Sequence[Chunk],
+        counts: Sequence[int],
+    ) -> None:
         """Fills an empty instance with ``n`` items at slots ``0..n-1`` at once (restores).
 
         ``key_to_slot`` maps item ``i``'s key to ``i``; ``chunks``/``counts``: every chunk the

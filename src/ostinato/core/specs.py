@@ -56,7 +56,9 @@ class TensorSpec:
         """Builds a TensorSpec from this class or any ``tf.TensorSpec``-like object."""
         if isinstance(spec, TensorSpec) and (name is None or spec.name == name):
             return spec
-        return cls(spec.shape, spec.dtype, name if name is not None else getattr(spec, "name", None))
+        return cls(
+            spec.shape, spec.dtype, name if name is not None else getattr(spec, "name", None)
+        )
 
     def is_compatible_with(self, shape: tuple[int, ...]) -> bool:
         """True if a concrete (or partially known) shape fits this spec."""
@@ -84,8 +86,11 @@ def is_spec_like(obj: Any) -> bool:
     """True for our TensorSpec and for duck-typed ``tf.TensorSpec`` objects (no TF import)."""
     if isinstance(obj, TensorSpec):
         return True
-    return hasattr(obj, "shape") and hasattr(obj, "dtype") and not isinstance(obj, np.ndarray) and (
-        type(obj).__name__.endswith("TensorSpec") or hasattr(obj, "is_compatible_with")
+    return (
+        hasattr(obj, "shape")
+        and hasattr(obj, "dtype")
+        and not isinstance(obj, np.ndarray)
+        and (type(obj).__name__.endswith("TensorSpec") or hasattr(obj, "is_compatible_with"))
     )
 
 
@@ -140,7 +145,13 @@ def dtype_from_str(s: Any) -> np.dtype:
         d = np.dtype(s)
     except TypeError:
         raise DecodeError(f"bad dtype {s!r}") from None
-    if d.kind not in ALLOWED_KINDS or d.hasobject and d.kind != "O" or d.fields is not None \
-            or d.kind in "SU" and d.itemsize == 0:
+    if (
+        d.kind not in ALLOWED_KINDS
+        or d.hasobject
+        and d.kind != "O"
+        or d.fields is not None
+        or d.kind in "SU"
+        and d.itemsize == 0
+    ):
         raise DecodeError(f"unsupported dtype {s!r}")
     return d

@@ -38,13 +38,13 @@ class SumTree:
         cap = self._cap
         while cap < min_capacity:
             cap *= 2
-        leaves = self._tree[self._cap:2 * self._cap].copy()
+        leaves = self._tree[self._cap : 2 * self._cap].copy()
         self._cap = cap
         self._depth = cap.bit_length() - 1
         self._arr = array.array("d", bytes(16 * cap))
         self._tree = np.frombuffer(self._arr, dtype=np.float64)
         self._shifts = np.arange(1, self._depth + 1, dtype=np.int64)[:, None]
-        self._tree[cap:cap + len(leaves)] = leaves
+        self._tree[cap : cap + len(leaves)] = leaves
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -52,7 +52,7 @@ class SumTree:
         n = self._cap
         while n > 1:
             half = n // 2
-            t[half:n] = t[n:2 * n:2] + t[n + 1:2 * n:2]
+            t[half:n] = t[n : 2 * n : 2] + t[n + 1 : 2 * n : 2]
             n = half
 
     def get(self, slot: int) -> float:

@@ -56,11 +56,20 @@ class Table(TableContents):
       ...                  max_size=1000, rate_limiter=reverb.rate_limiters.MinSize(1))
     """
 
-    def __init__(self, name: str, sampler: ItemSelector, remover: ItemSelector, max_size: int,
-                 rate_limiter: RateLimiter, max_times_sampled: int = 0,
-                 extensions: Sequence[Any] = (), signature: Any = None):
-        super().__init__(name, sampler, remover, max_size, rate_limiter, max_times_sampled,
-                         extensions, signature)
+    def __init__(
+        self,
+        name: str,
+        sampler: ItemSelector,
+        remover: ItemSelector,
+        max_size: int,
+        rate_limiter: RateLimiter,
+        max_times_sampled: int = 0,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ):
+        super().__init__(
+            name, sampler, remover, max_size, rate_limiter, max_times_sampled, extensions, signature
+        )
         self._gate = Gate(name)
         self._lock = self._gate.lock
         self._cond = self._gate.cond
@@ -97,7 +106,8 @@ class Table(TableContents):
         with self._lock:
             if self._signature is not None and self._signature != signature:
                 raise errors.FailedPreconditionError(
-                    f"table {self._name!r} already has a signature: {self._signature!r}")
+                    f"table {self._name!r} already has a signature: {self._signature!r}"
+                )
             self._signature = signature if flat is not None else None
             self._flat_signature = flat
 
@@ -186,8 +196,14 @@ class Table(TableContents):
         return self._limiter.describe_state(len(self._slots.key_to_slot))
 
     # -- insert -----------------------------------------------------------------------------------
-    def _insert_locked(self, key: int, priority: float, traj: items_lib.Packed,
-                       squeeze: tuple[bool, ...], assign: bool) -> int:
+    def _insert_locked(
+        self,
+        key: int,
+        priority: float,
+        traj: items_lib.Packed,
+        squeeze: tuple[bool, ...],
+        assign: bool,
+    ) -> int:
         """Inserts one admitted item; returns the key used. Caller holds the lock."""
         slots = self._slots
         k2s = slots.key_to_slot
@@ -210,9 +226,15 @@ class Table(TableContents):
         self._limiter.insert()
         return key
 
-    def insert(self, key: int, priority: float, trajectory: items_lib.Packed,
-               squeeze: tuple[bool, ...], timeout: float | None = None,
-               assign: bool = True) -> int:
+    def insert(
+        self,
+        key: int,
+        priority: float,
+        trajectory: items_lib.Packed,
+        squeeze: tuple[bool, ...],
+        timeout: float | None = None,
+        assign: bool = True,
+    ) -> int:
         """Inserts (or, with ``assign``, re-prioritises) one item, waiting for the rate limiter.
 
         Args:
@@ -227,8 +249,9 @@ class Table(TableContents):
         Returns:
           The key of the stored item.
         """
-        return self.insert_many([(key, priority, trajectory, squeeze)], Deadline.after(timeout),
-                                assign=assign)[0]
+        return self.insert_many(
+            [(key, priority, trajectory, squeeze)], Deadline.after(timeout), assign=assign
+        )[0]
 
     def _check_item_priorities(self, items: Sequence[Item]) -> None:
         """Raises ``InvalidArgumentError`` before anything is stored if an item's priority is
@@ -265,9 +288,13 @@ class Table(TableContents):
                 gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return done
 
-    def insert_many(self, items: Sequence[Item], deadline: Deadline | None = None,
-                    assign: bool = False, cancelled: Callable[[], bool] | None = None,
-                    ) -> list[int]:
+    def insert_many(
+        self,
+        items: Sequence[Item],
+        deadline: Deadline | None = None,
+        assign: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> list[int]:
         """Inserts items in order, waiting for the rate limiter between them.
 
         ``cancelled`` (optional) is checked whenever a wait for the rate limiter wakes: once
@@ -293,19 +320,29 @@ class Table(TableContents):
                 if not lim.can_insert(1):
                     gate.notify_all()  # lingering samplers too: take what is there
                     if cancelled is None:
-                        gate.wait(lambda: lim.can_insert(1), deadline, "insert",
-                                  self._describe_limiter, keys)
+                        gate.wait(
+                            lambda: lim.can_insert(1),
+                            deadline,
+                            "insert",
+                            self._describe_limiter,
+                            keys,
+                        )
                     else:
-                        gate.wait(lambda: cancelled() or lim.can_insert(1), deadline,
-                                  "insert", self._describe_limiter, keys)
+                        gate.wait(
+                            lambda: cancelled() or lim.can_insert(1),
+                            deadline,
+                            "insert",
+                            self._describe_limiter,
+                            keys,
+                        )
                         gate.check_open()  # a closed table says so, as without cancelled
                         if cancelled():
                             if keys:
-                                gate.notify_inserted(self._allowed_locked,
-                                                     self._inserts_blocked)
+                                gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
                             err = errors.CancelledError(
                                 f"insert into table {self._name!r} was cancelled by its "
-                                "caller while waiting for the rate limiter")
+                                "caller while waiting for the rate limiter"
+                            )
                             err.inserted = list(keys)  # type: ignore[attr-defined]
                             raise err
                 keys.append(self._insert_locked(key, priority, traj, squeeze, assign))
@@ -327,8 +364,13 @@ class Table(TableContents):
         with self._cond:
             self._gate.notify_all()
 
-    def sample(self, num_samples: int = 1, timeout: float | None = None,
-               cancelled: Any = None, linger: float = 0.0) -> items_lib.SampleBatch:
+    def sample(
+        self,
+        num_samples: int = 1,
+        timeout: float | None = None,
+        cancelled: Any = None,
+        linger: float = 0.0,
+    ) -> items_lib.SampleBatch:
         """Samples between 1 and ``num_samples`` items (fewer only if the limiter stops early).
 
         Waits until at least one sample is admitted. Each sample counts for the rate limiter,
@@ -355,11 +397,19 @@ class Table(TableContents):
         allowed = self._allowed_locked
         with self._cond:
             gate.check_open()
-            rate_limited = gate.wait_to_sample(n, allowed, deadline, self._describe_limiter,
-                                               cancelled, linger, self._limiter.can_insert)
+            rate_limited = gate.wait_to_sample(
+                n,
+                allowed,
+                deadline,
+                self._describe_limiter,
+                cancelled,
+                linger,
+                self._limiter.can_insert,
+            )
             if cancelled is not None and cancelled():
                 raise errors.CancelledError(
-                    f"sample from table {self._name!r} was cancelled by its caller")
+                    f"sample from table {self._name!r} was cancelled by its caller"
+                )
             k = allowed(n)
             if self._max_times_sampled:
                 batch = self._sample_one_by_one(k)
@@ -393,7 +443,12 @@ class Table(TableContents):
                 # Deletions by max_times_sampled can take the table below min_size_to_sample.
                 k = i
                 keys, probs, sizes, prios, times_out = (
-                    keys[:k], probs[:k], sizes[:k], prios[:k], times_out[:k])
+                    keys[:k],
+                    probs[:k],
+                    sizes[:k],
+                    prios[:k],
+                    times_out[:k],
+                )
                 break
             slot, p = self._sampler.sample(self._rng)
             t = s.a_times[slot] + 1
@@ -433,8 +488,9 @@ class Table(TableContents):
         if self._hooks is not None:
             self._hooks.deleted(key)
 
-    def update_priorities(self, keys: Sequence[int] | np.ndarray,
-                          priorities: Sequence[float] | np.ndarray) -> int:
+    def update_priorities(
+        self, keys: Sequence[int] | np.ndarray, priorities: Sequence[float] | np.ndarray
+    ) -> int:
         """Sets new priorities; unknown keys are ignored. Validates all before changing any.
 
         Returns:
@@ -444,7 +500,8 @@ class Table(TableContents):
         klist = key_list(keys)
         if len(klist) != len(p):
             raise errors.InvalidArgumentError(
-                f"keys ({len(klist)}) and priorities ({len(p)}) must have the same length")
+                f"keys ({len(klist)}) and priorities ({len(p)}) must have the same length"
+            )
         check_priorities(self._prioritized, p, self._name)
         with self._cond:
             self._gate.check_open()
@@ -477,8 +534,9 @@ class Table(TableContents):
                 self._gate.notify_all()
             return n
 
-    def mutate_priorities(self, updates: dict[int, float] | None = None,
-                          deletes: Sequence[int] | None = None) -> None:
+    def mutate_priorities(
+        self, updates: dict[int, float] | None = None, deletes: Sequence[int] | None = None
+    ) -> None:
         """Reverb's ``MutateItems``: deletes first, then updates; unknown keys are ignored."""
         if updates:
             p = np.fromiter(updates.values(), dtype=np.float64, count=len(updates))

@@ -41,9 +41,14 @@ class TableContents(TableSettings):
             slot = s.key_to_slot.get(key)
             if slot is None:
                 raise KeyError(f"Key not found: {key} (table {self._name!r})")
-            return {"key": key, "priority": float(s.priorities[slot]),
-                    "times_sampled": int(s.times_sampled[slot]), "trajectory": s.traj[slot],
-                    "squeeze": s.squeeze[slot], "insertion_order": int(s.sequence[slot])}
+            return {
+                "key": key,
+                "priority": float(s.priorities[slot]),
+                "times_sampled": int(s.times_sampled[slot]),
+                "trajectory": s.traj[slot],
+                "squeeze": s.squeeze[slot],
+                "insertion_order": int(s.sequence[slot]),
+            }
 
     def keys(self) -> np.ndarray:
         """Keys of all items in insertion order."""
@@ -59,13 +64,21 @@ class TableContents(TableSettings):
         ``heap_order`` is the order in which a heap selector last saw the items (its ties).
         """
         with self._lock:
-            return table_state.snapshot(self._slots, self._sampler, self._remover, self._limiter,
-                                        self._num_unique_samples)
+            return table_state.snapshot(
+                self._slots, self._sampler, self._remover, self._limiter, self._num_unique_samples
+            )
 
-    def restore_items(self, keys: np.ndarray, priorities: np.ndarray, times_sampled: np.ndarray,
-                      trajectories: Sequence[items_lib.Packed], squeeze: Sequence[tuple[bool, ...]],
-                      counters: dict[str, int], heap_order: np.ndarray | None = None,
-                      chunk_refs: tuple[Sequence[Chunk], Sequence[int]] | None = None) -> None:
+    def restore_items(
+        self,
+        keys: np.ndarray,
+        priorities: np.ndarray,
+        times_sampled: np.ndarray,
+        trajectories: Sequence[items_lib.Packed],
+        squeeze: Sequence[tuple[bool, ...]],
+        counters: dict[str, int],
+        heap_order: np.ndarray | None = None,
+        chunk_refs: tuple[Sequence[Chunk], Sequence[int]] | None = None,
+    ) -> None:
         """Fills this empty table with checkpointed items (given in insertion order).
 
         Bypasses the rate limiter, keeps each item's priority and ``times_sampled``, then sets
@@ -80,26 +93,44 @@ class TableContents(TableSettings):
           chunk_refs: optional ``(chunks, counts)``: the chunks the trajectories reference and
             how many slices reference each, when the caller knows them (else counted here).
         """
-        state = table_state.RestoreInput(self._name, keys, priorities, times_sampled,
-                                         trajectories, squeeze, heap_order, chunk_refs)
+        state = table_state.RestoreInput(
+            self._name,
+            keys,
+            priorities,
+            times_sampled,
+            trajectories,
+            squeeze,
+            heap_order,
+            chunk_refs,
+        )
         n = len(state)
         with self._cond:
             self._gate.check_open()
             if self._slots.key_to_slot or n > self._max_size:
                 raise errors.FailedPreconditionError(
                     f"cannot restore {n} items into table {self._name!r} holding "
-                    f"{len(self._slots.key_to_slot)} items with max_size {self._max_size}")
-            self._slots.fill(state.keys, state.key_to_slot, state.priorities,
-                             state.times_sampled, trajectories, squeeze, state.chunks,
-                             state.counts)
+                    f"{len(self._slots.key_to_slot)} items with max_size {self._max_size}"
+                )
+            self._slots.fill(
+                state.keys,
+                state.key_to_slot,
+                state.priorities,
+                state.times_sampled,
+                trajectories,
+                squeeze,
+                state.chunks,
+                state.counts,
+            )
             state.fill_selectors((self._sampler, self._remover))
             if self._max_times_sampled:
-                self._remaining_samples += (self._max_times_sampled * n
-                                            - int(state.times_sampled.sum()))
+                self._remaining_samples += self._max_times_sampled * n - int(
+                    state.times_sampled.sum()
+                )
             if self._hooks is not None:
                 self._hooks.inserted(state.key_list, state.priorities.tolist())
-            self._limiter.restore_counters(counters["inserts"], counters["samples"],
-                                           counters["deletes"])
+            self._limiter.restore_counters(
+                counters["inserts"], counters["samples"], counters["deletes"]
+            )
             self._slots.num_deleted_episodes = int(counters["num_deleted_episodes"])
             self._num_unique_samples = int(counters["num_unique_samples"])
             self._gate.notify_all()

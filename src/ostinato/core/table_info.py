@@ -45,14 +45,17 @@ class _Message:
         kinds = self._field_kinds()
         if name not in kinds:
             raise AttributeError(
-                f"{type(self).__name__} has no field {name!r} (fields: {', '.join(kinds)})")
+                f"{type(self).__name__} has no field {name!r} (fields: {', '.join(kinds)})"
+            )
         object.__setattr__(self, name, _convert(type(self).__name__, name, kinds[name], value))
 
     def CopyFrom(self, other: Any) -> None:  # protobuf's spelling
         """Makes this message a copy of ``other`` (a message of the same type), in place."""
         if type(other) is not type(self):
-            raise TypeError(f"{type(self).__name__}.CopyFrom() needs a {type(self).__name__}, "
-                            f"got {type(other).__name__}")
+            raise TypeError(
+                f"{type(self).__name__}.CopyFrom() needs a {type(self).__name__}, "
+                f"got {type(other).__name__}"
+            )
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             object.__setattr__(self, f.name, copy.deepcopy(getattr(other, f.name)))
 
@@ -81,8 +84,7 @@ def _convert(message: str, name: str, kind: tuple[Any, bool], value: Any) -> Any
         expected = f"a {typ.__name__}" + (" or None" if optional else "")
     else:
         return value
-    raise TypeError(f"{message}.{name} must be {expected}, got {value!r} "
-                    f"({type(value).__name__})")
+    raise TypeError(f"{message}.{name} must be {expected}, got {value!r} ({type(value).__name__})")
 
 
 @dataclasses.dataclass(eq=True)
@@ -123,8 +125,9 @@ class KeyDistributionOptions(_Message):
         if name in _DISTRIBUTION and getattr(self, name):
             for other in _DISTRIBUTION:
                 if other != name:
-                    object.__setattr__(self, other, None if other in ("prioritized", "heap")
-                                       else False)
+                    object.__setattr__(
+                        self, other, None if other in ("prioritized", "heap") else False
+                    )
 
     def WhichOneof(self, name: str) -> str | None:  # protobuf's spelling
         if name != "distribution":

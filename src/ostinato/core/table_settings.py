@@ -22,9 +22,17 @@ _T = TypeVar("_T", bound="TableSettings")
 class TableSettings:
     """The settings of a table; see :class:`~ostinato.core.table.Table` for the arguments."""
 
-    def __init__(self, name: str, sampler: ItemSelector, remover: ItemSelector, max_size: int,
-                 rate_limiter: RateLimiter, max_times_sampled: int = 0,
-                 extensions: Sequence[Any] = (), signature: Any = None):
+    def __init__(
+        self,
+        name: str,
+        sampler: ItemSelector,
+        remover: ItemSelector,
+        max_size: int,
+        rate_limiter: RateLimiter,
+        max_times_sampled: int = 0,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ):
         if not name or not isinstance(name, str):
             raise ValueError("name must be nonempty")
         max_size = positive_int("max_size", max_size)
@@ -35,14 +43,22 @@ class TableSettings:
         if sampler is remover:
             remover = remover.clone()
         if not isinstance(rate_limiter, RateLimiter):
-            raise TypeError(f"rate_limiter ({rate_limiter!r}) must be an ostinato.rate_limiters object")
+            raise TypeError(
+                f"rate_limiter ({rate_limiter!r}) must be an ostinato.rate_limiters object"
+            )
         try:
             mts = operator.index(max_times_sampled)
         except TypeError:
-            raise ValueError(f"max_times_sampled ({max_times_sampled!r}) must be an integer") from None
+            raise ValueError(
+                f"max_times_sampled ({max_times_sampled!r}) must be an integer"
+            ) from None
         exts: list[TableExtension] = []
         for e in extensions:
-            built = e.build_internal_extensions(name) if hasattr(e, "build_internal_extensions") else [e]
+            built = (
+                e.build_internal_extensions(name)
+                if hasattr(e, "build_internal_extensions")
+                else [e]
+            )
             exts.extend(built)
         flat_signature = flatten_signature(signature if signature else None)
         self._name = name
@@ -60,21 +76,38 @@ class TableSettings:
 
     # -- construction helpers --------------------------------------------------------------------
     @classmethod
-    def queue(cls: type[_T], name: str, max_size: int, extensions: Sequence[Any] = (),
-              signature: Any = None) -> _T:
+    def queue(
+        cls: type[_T],
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ) -> _T:
         """A FIFO queue: Fifo sampler and remover, ``max_times_sampled=1``, Queue limiter."""
         return cls(name, Fifo(), Fifo(), max_size, Queue(max_size), 1, extensions, signature)
 
     @classmethod
-    def stack(cls: type[_T], name: str, max_size: int, extensions: Sequence[Any] = (),
-              signature: Any = None) -> _T:
+    def stack(
+        cls: type[_T],
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ) -> _T:
         """A LIFO stack: Lifo sampler and remover, ``max_times_sampled=1``, Stack limiter."""
         return cls(name, Lifo(), Lifo(), max_size, Stack(max_size), 1, extensions, signature)
 
-    def replace(self: _T, name: str | None = None, sampler: ItemSelector | None = None,
-                remover: ItemSelector | None = None, max_size: int | None = None,
-                rate_limiter: RateLimiter | None = None, max_times_sampled: int | None = None,
-                extensions: Sequence[Any] | None = None, signature: Any = None) -> _T:
+    def replace(
+        self: _T,
+        name: str | None = None,
+        sampler: ItemSelector | None = None,
+        remover: ItemSelector | None = None,
+        max_size: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int | None = None,
+        extensions: Sequence[Any] | None = None,
+        signature: Any = None,
+    ) -> _T:
         """A new, empty table with some settings changed and the rest taken from this one."""
         return type(self)(
             name=name if name is not None else self._name,
@@ -82,8 +115,9 @@ class TableSettings:
             remover=remover or selector_from_options(self._remover.options()),
             max_size=max_size if max_size is not None else self._max_size,
             rate_limiter=rate_limiter or self._limiter.clone(),
-            max_times_sampled=(max_times_sampled if max_times_sampled is not None
-                               else self._max_times_sampled),
+            max_times_sampled=(
+                max_times_sampled if max_times_sampled is not None else self._max_times_sampled
+            ),
             extensions=extensions if extensions is not None else self._extensions,
             signature=signature if signature is not None else self._signature,
         )
@@ -127,10 +161,12 @@ class TableSettings:
         return bool(self._prioritized)
 
     def __repr__(self) -> str:
-        s = (f"Table(sampler={self._sampler!r}, remover={self._remover!r}, "
-             f"max_size={self._max_size}, max_times_sampled={self._max_times_sampled}, "
-             f"name={self._name}, rate_limiter={self._limiter!r}, "
-             f"signature={'nullptr' if self._signature is None else self._signature!r}")
+        s = (
+            f"Table(sampler={self._sampler!r}, remover={self._remover!r}, "
+            f"max_size={self._max_size}, max_times_sampled={self._max_times_sampled}, "
+            f"name={self._name}, rate_limiter={self._limiter!r}, "
+            f"signature={'nullptr' if self._signature is None else self._signature!r}"
+        )
         if self._extensions:
             s += f", extensions={list(self._extensions)!r}"
         return s + ")"

@@ -21,31 +21,59 @@ from ostinato.core.selectors import HeapSelector, ItemSelector
 from ostinato.core.slots import Slots
 
 
-def snapshot(slots: Slots, sampler: ItemSelector, remover: ItemSelector, limiter: RateLimiter,
-             num_unique_samples: int) -> dict[str, Any]:
+def snapshot(
+    slots: Slots,
+    sampler: ItemSelector,
+    remover: ItemSelector,
+    limiter: RateLimiter,
+    num_unique_samples: int,
+) -> dict[str, Any]:
     """The snapshot of :meth:`Table.snapshot` (called under the table's lock)."""
     order = slots.in_insertion_order()
     heaps = [s for s in (sampler, remover) if isinstance(s, HeapSelector)]
     sl = order.tolist()
-    return {"keys": slots.keys[order], "priorities": slots.priorities[order],
-            "times_sampled": slots.times_sampled[order],
-            "trajectories": [slots.traj[s] for s in sl],
-            "squeeze": [slots.squeeze[s] for s in sl],
-            "heap_order": heaps[0].tie_order(order) if heaps else None,
-            "inserts": limiter.inserts, "samples": limiter.samples, "deletes": limiter.deletes,
-            "num_deleted_episodes": slots.num_deleted_episodes,
-            "num_unique_samples": num_unique_samples}
+    return {
+        "keys": slots.keys[order],
+        "priorities": slots.priorities[order],
+        "times_sampled": slots.times_sampled[order],
+        "trajectories": [slots.traj[s] for s in sl],
+        "squeeze": [slots.squeeze[s] for s in sl],
+        "heap_order": heaps[0].tie_order(order) if heaps else None,
+        "inserts": limiter.inserts,
+        "samples": limiter.samples,
+        "deletes": limiter.deletes,
+        "num_deleted_episodes": slots.num_deleted_episodes,
+        "num_unique_samples": num_unique_samples,
+    }
 
 
 class RestoreInput:
     """Checked, normalised arguments of :meth:`Table.restore_items`."""
 
-    __slots__ = ("keys", "key_list", "key_to_slot", "priorities", "times_sampled",
-                 "trajectories", "squeeze", "heap_order", "chunks", "counts")
+    __slots__ = (
+        "keys",
+        "key_list",
+        "key_to_slot",
+        "priorities",
+        "times_sampled",
+        "trajectories",
+        "squeeze",
+        "heap_order",
+        "chunks",
+        "counts",
+    )
 
-    def __init__(self, table: str, keys: Any, priorities: Any, times_sampled: Any,
-                 trajectories: Sequence[items_lib.Packed], squeeze: Sequence[tuple[bool, ...]],
-                 heap_order: Any, chunk_refs: tuple[Sequence[Chunk], Sequence[int]] | None):
+    def __init__(
+        self,
+        table: str,
+        keys: Any,
+        priorities: Any,
+        times_sampled: Any,
+        trajectories: Sequence[items_lib.Packed],
+        squeeze: Sequence[tuple[bool, ...]],
+        heap_order: Any,
+        chunk_refs: tuple[Sequence[Chunk], Sequence[int]] | None,
+    ):
         if isinstance(keys, np.ndarray) and keys.dtype.kind in "ui":
             self.keys = keys.astype(np.uint64, copy=False).reshape(-1)
             self.key_list = self.keys.tolist()
@@ -57,20 +85,28 @@ class RestoreInput:
         self.times_sampled = np.asarray(times_sampled, dtype=np.int64).reshape(-1)
         self.trajectories = trajectories
         self.squeeze = squeeze
-        if not len(self.priorities) == len(self.times_sampled) == len(trajectories) \
-                == len(squeeze) == n:
+        if (
+            not len(self.priorities)
+            == len(self.times_sampled)
+            == len(trajectories)
+            == len(squeeze)
+            == n
+        ):
             raise errors.FailedPreconditionError(
                 f"restore into table {table!r}: {n} keys, {len(self.priorities)} priorities, "
                 f"{len(self.times_sampled)} times_sampled, {len(trajectories)} trajectories and "
-                f"{len(squeeze)} squeeze flags")
+                f"{len(squeeze)} squeeze flags"
+            )
         self.heap_order = None
         if heap_order is not None:
             order = np.asarray(heap_order, dtype=np.int64).reshape(-1)
-            if len(order) != n or (n and (order.min() < 0 or order.max() >= n
-                                          or np.bincount(order).max() > 1)):
+            if len(order) != n or (
+                n and (order.min() < 0 or order.max() >= n or np.bincount(order).max() > 1)
+            ):
                 raise errors.FailedPreconditionError(
                     f"restore into table {table!r}: heap_order is not a permutation of "
-                    f"the {n} items")
+                    f"the {n} items"
+                )
             self.heap_order = order
         self.key_to_slot = dict(zip(self.key_list, range(n)))  # item i goes to slot i
         if len(self.key_to_slot) != n:

@@ -24,8 +24,9 @@ def num_steps(columns: Sequence[np.ndarray], error: LengthsError) -> int:
     return lengths.pop() if lengths else 1
 
 
-def split_stacked(stacked: Sequence[np.ndarray], n: int,
-                  error: LengthsError) -> tuple[list[np.ndarray], int]:
+def split_stacked(
+    stacked: Sequence[np.ndarray], n: int, error: LengthsError
+) -> tuple[list[np.ndarray], int]:
     """Columns of ``n`` alike items stacked as ``(n, T, ...)`` reshaped into ``(n * T, ...)``,
     one row per timestep (item after item), and ``T`` (1 if there is no column)."""
     lengths = {c.shape[1] for c in stacked}

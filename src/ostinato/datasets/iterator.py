@@ -19,8 +19,9 @@ class NumpyIterator:
     block, or exhausting the iterator) stops its worker threads.
     """
 
-    def __init__(self, sampler: SampleStream, batch_size: int | None, drop_remainder: bool,
-                 flat: bool):
+    def __init__(
+        self, sampler: SampleStream, batch_size: int | None, drop_remainder: bool, flat: bool
+    ):
         self.sampler = sampler
         self.batch_size = batch_size
         if batch_size is None:
@@ -54,12 +55,20 @@ class NumpyIterator:
         self.close()
 
 
-def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
-          max_in_flight_samples_per_worker: int | None = None,
-          num_workers_per_iterator: int = -1, max_samples_per_stream: int = -1,
-          rate_limiter_timeout_ms: int = -1, max_samples: int = -1,
-          emit_timesteps: bool = False, drop_remainder: bool = False,
-          flat: bool = False) -> NumpyIterator:
+def numpy(
+    server_address: Client | str,
+    table: str,
+    batch_size: int | None,
+    *,
+    max_in_flight_samples_per_worker: int | None = None,
+    num_workers_per_iterator: int = -1,
+    max_samples_per_stream: int = -1,
+    rate_limiter_timeout_ms: int = -1,
+    max_samples: int = -1,
+    emit_timesteps: bool = False,
+    drop_remainder: bool = False,
+    flat: bool = False,
+) -> NumpyIterator:
     """A prefetching iterator of batches sampled from ``table``, stacked into numpy arrays.
 
     Each element is ``ReplaySample(info, data)``: ``info`` is a
@@ -98,8 +107,7 @@ def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
       ...                                      max_samples=25_600):
       ...     loss = learn(batch.data["obs"], batch.info.probability)
     """
-    if batch_size is not None and (not is_int(batch_size)
-                                   or batch_size < 1):
+    if batch_size is not None and (not is_int(batch_size) or batch_size < 1):
         raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer or None")
     if max_in_flight_samples_per_worker is None:
         max_in_flight_samples_per_worker = 2 * batch_size if batch_size else 100
@@ -107,6 +115,8 @@ def numpy(server_address: Client | str, table: str, batch_size: int | None, *,
         max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
         num_workers_per_iterator=num_workers_per_iterator,
         max_samples_per_stream=max_samples_per_stream,
-        rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples)
+        rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+        max_samples=max_samples,
+    )
     sampler = SampleStream(server_address, table, options, emit_timesteps=emit_timesteps)
     return NumpyIterator(sampler, batch_size, drop_remainder, flat)

@@ -54,29 +54,51 @@ class JaxIterator:
       ...         params = update(params, batch.data["obs"])   # already on the device
     """
 
-    def __init__(self, server_address: Client | str, table: str, batch_size: int, *,
-                 device: Any = None, prefetch: int = 2, info_on_device: bool = False,
-                 max_in_flight_samples_per_worker: int | None = None,
-                 num_workers_per_iterator: int = -1, max_samples_per_stream: int = -1,
-                 rate_limiter_timeout_ms: int = -1, max_samples: int = -1,
-                 emit_timesteps: bool = False, drop_remainder: bool = False,
-                 flat: bool = False):
+    def __init__(
+        self,
+        server_address: Client | str,
+        table: str,
+        batch_size: int,
+        *,
+        device: Any = None,
+        prefetch: int = 2,
+        info_on_device: bool = False,
+        max_in_flight_samples_per_worker: int | None = None,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        max_samples: int = -1,
+        emit_timesteps: bool = False,
+        drop_remainder: bool = False,
+        flat: bool = False,
+    ):
         non_negative_int("prefetch", prefetch)
         if info_on_device and not jax.config.read("jax_enable_x64"):
-            raise ValueError("info_on_device=True needs jax_enable_x64 (keys are uint64); "
-                             "enable it or keep info on the host")
+            raise ValueError(
+                "info_on_device=True needs jax_enable_x64 (keys are uint64); "
+                "enable it or keep info on the host"
+            )
         self.device = device if device is not None else jax.devices()[0]
-        self._target = self.device if isinstance(self.device, jax.sharding.Sharding) \
+        self._target = (
+            self.device
+            if isinstance(self.device, jax.sharding.Sharding)
             else jax.sharding.SingleDeviceSharding(self.device)
+        )
         self.prefetch = prefetch
         self.info_on_device = bool(info_on_device)
         self._numpy: NumpyIterator = numpy_iterator(
-            server_address, table, batch_size,
+            server_address,
+            table,
+            batch_size,
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
-            rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples,
-            emit_timesteps=emit_timesteps, drop_remainder=drop_remainder, flat=flat)
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_samples=max_samples,
+            emit_timesteps=emit_timesteps,
+            drop_remainder=drop_remainder,
+            flat=flat,
+        )
         self._ahead: collections.deque[Any] = collections.deque()
         self._cond = threading.Condition()
         self._done = False
@@ -84,8 +106,9 @@ class JaxIterator:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if prefetch > 0:
-            self._thread = threading.Thread(target=self._transfer, daemon=True,
-                                            name="ostinato-jax-prefetch")
+            self._thread = threading.Thread(
+                target=self._transfer, daemon=True, name="ostinato-jax-prefetch"
+            )
             self._thread.start()
 
     @property
@@ -105,8 +128,7 @@ class JaxIterator:
             batch = ReplaySample(batch.info, optree.tree_unflatten(treedef, leaves))
             if not self.info_on_device:
                 return batch
-            return ReplaySample(SampleInfo(*jax.device_put(batch.info, self._target)),
-                                batch.data)
+            return ReplaySample(SampleInfo(*jax.device_put(batch.info, self._target)), batch.data)
         if self.info_on_device:
             both = jax.device_put((batch.info, batch.data), self._target)
             return ReplaySample(SampleInfo(*both[0]), both[1])

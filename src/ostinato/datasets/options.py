@@ -59,7 +59,8 @@ class StreamOptions:
         inflight = _int(self.max_in_flight_samples_per_worker, "max_in_flight_samples_per_worker")
         if inflight < 1:
             raise ValueError(
-                f"max_in_flight_samples_per_worker ({inflight}) must be a positive integer")
+                f"max_in_flight_samples_per_worker ({inflight}) must be a positive integer"
+            )
         for name in ("num_workers_per_iterator", "max_samples_per_stream", "max_samples"):
             v = _int(getattr(self, name), name)
             if v < 1 and v != -1:

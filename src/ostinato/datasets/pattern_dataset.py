@@ -58,38 +58,52 @@ class PatternDataset(WrappedDataset):
         ``is_end_of_episode`` that does not return a scalar bool.
     """
 
-    def __init__(self, input_dataset: tf.data.Dataset, configs: Sequence[Any],
-                 respect_episode_boundaries: bool,
-                 is_end_of_episode: Callable[[Any], Any]):
+    def __init__(
+        self,
+        input_dataset: tf.data.Dataset,
+        configs: Sequence[Any],
+        respect_episode_boundaries: bool,
+        is_end_of_episode: Callable[[Any], Any],
+    ):
         configs = list(configs)
         PatternEngine(configs)  # validates before anything is built
         # tf.data has no list structures: lists become tuples (Reverb's dataset failed on them).
         signature = lists_to_tuples(infer_signature(configs, input_dataset.element_spec))
-        treespec = optree.tree_structure(signature, is_leaf=lambda x: hasattr(x, "dtype"),
-                                         none_is_leaf=True)
-        specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype))
-                 for s in optree.tree_leaves(signature, is_leaf=lambda x: hasattr(x, "dtype"),
-                                             none_is_leaf=True)]
+        treespec = optree.tree_structure(
+            signature, is_leaf=lambda x: hasattr(x, "dtype"), none_is_leaf=True
+        )
+        specs = [
+            tf.TensorSpec(s.shape, tf.as_dtype(s.dtype))
+            for s in optree.tree_leaves(
+                signature, is_leaf=lambda x: hasattr(x, "dtype"), none_is_leaf=True
+            )
+        ]
         ends = input_dataset.map(is_end_of_episode)
-        if not isinstance(ends.element_spec, tf.TensorSpec) or \
-                not ends.element_spec.is_compatible_with(tf.TensorSpec([], tf.bool)):
+        if not isinstance(
+            ends.element_spec, tf.TensorSpec
+        ) or not ends.element_spec.is_compatible_with(tf.TensorSpec([], tf.bool)):
             raise ValueError(
                 "Invalid `is_end_of_episode`. `is_end_of_episode` must return `bool`, but its "
-                f"return type is {ends.element_spec}.")
+                f"return type is {ends.element_spec}."
+            )
         steps = tf.data.Dataset.zip((input_dataset, ends))
         generator = functools.partial(_generate, steps, configs, bool(respect_episode_boundaries))
         flat = tf.data.Dataset.from_generator(generator, output_signature=tuple(specs))
-        self._wrap(flat.map(lambda *cols: optree.tree_unflatten(treespec, list(cols))),
-                   optree.tree_unflatten(treespec, specs))
+        self._wrap(
+            flat.map(lambda *cols: optree.tree_unflatten(treespec, list(cols))),
+            optree.tree_unflatten(treespec, specs),
+        )
 
 
-def pattern_dataset_with_info(input_dataset: tf.data.Dataset, configs: Sequence[Any],
-                              respect_episode_boundaries: bool,
-                              is_end_of_episode: Callable[[Any], Any]) -> tf.data.Dataset:
+def pattern_dataset_with_info(
+    input_dataset: tf.data.Dataset,
+    configs: Sequence[Any],
+    respect_episode_boundaries: bool,
+    is_end_of_episode: Callable[[Any], Any],
+) -> tf.data.Dataset:
     """:class:`PatternDataset` whose elements are ``ReplaySample(info, data)``, ``info`` all
     zeros (with Reverb's sample-info dtypes)."""
-    dataset = PatternDataset(input_dataset, configs, respect_episode_boundaries,
-                             is_end_of_episode)
+    dataset = PatternDataset(input_dataset, configs, respect_episode_boundaries, is_end_of_episode)
     dtypes = SampleInfo.tf_dtypes()
 
     def with_info(data: Any) -> ReplaySample:
@@ -98,11 +112,11 @@ def pattern_dataset_with_info(input_dataset: tf.data.Dataset, configs: Sequence[
     return dataset.map(with_info)
 
 
-def _generate(steps: tf.data.Dataset, configs: list[Any],
-              clear_buffers: bool) -> Iterator[tuple[np.ndarray, ...]]:
+def _generate(
+    steps: tf.data.Dataset, configs: list[Any], clear_buffers: bool
+) -> Iterator[tuple[np.ndarray, ...]]:
     engine = PatternEngine(configs)
-    buffers: dict[int, deque[Any]] = {c: deque(maxlen=age)
-                                      for c, age in engine.column_ages.items()}
+    buffers: dict[int, deque[Any]] = {c: deque(maxlen=age) for c, age in engine.column_ages.items()}
     ready: list[tuple[np.ndarray, ...]] = []
 
     def make_item(config: CompiledConfig) -> bool:

@@ -51,17 +51,25 @@ class Piece:
         if self.item_rows is None:
             ends = np.arange(max_items, n, max_items)
         else:
-            ends = np.cumsum(self.item_rows)[max_items - 1:n - 1:max_items]
+            ends = np.cumsum(self.item_rows)[max_items - 1 : n - 1 : max_items]
         bounds = [0, *(int(e) for e in ends), len(self)]
         counts = [min(max_items, n - i) for i in range(0, n, max_items)]
         parts = []
         for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            rows = None if self.item_rows is None else \
-                self.item_rows[k * max_items:k * max_items + counts[k]]
-            parts.append(Piece(
-                SampleInfo(*(a[lo:hi] for a in self.info)),
-                None if self.columns is None else [c[lo:hi] for c in self.columns],
-                None if self.row_data is None else self.row_data[lo:hi], counts[k], rows))
+            rows = (
+                None
+                if self.item_rows is None
+                else self.item_rows[k * max_items : k * max_items + counts[k]]
+            )
+            parts.append(
+                Piece(
+                    SampleInfo(*(a[lo:hi] for a in self.info)),
+                    None if self.columns is None else [c[lo:hi] for c in self.columns],
+                    None if self.row_data is None else self.row_data[lo:hi],
+                    counts[k],
+                    rows,
+                )
+            )
         return parts
 
 
@@ -78,8 +86,9 @@ def writable(a: np.ndarray) -> np.ndarray:
 def decode(batch: SampleBatch, emit_timesteps: bool) -> Piece:
     """One sampled batch as a piece: one row per item, or per timestep."""
     n = len(batch)
-    info = SampleInfo(batch.keys, batch.probabilities, batch.table_sizes, batch.priorities,
-                      batch.times_sampled)
+    info = SampleInfo(
+        batch.keys, batch.probabilities, batch.table_sizes, batch.priorities, batch.times_sampled
+    )
     if emit_timesteps:
         return timestep_piece(batch, info)
     rows = None
@@ -92,7 +101,10 @@ def decode(batch: SampleBatch, emit_timesteps: bool) -> Piece:
         cols = [writable(c) for c in cols]
     return Piece(info, cols, rows, n)
 
-def take_rows(pending: collections.deque[list[Any]], take: int) -> tuple[SampleInfo, list[np.ndarray]]:
+
+def take_rows(
+    pending: collections.deque[list[Any]], take: int
+) -> tuple[SampleInfo, list[np.ndarray]]:
     """Removes ``take`` rows from the front of ``pending`` (views when one piece has them)."""
     piece, start = pending[0]
     if len(piece) - start >= take:
@@ -103,16 +115,18 @@ def take_rows(pending: collections.deque[list[Any]], take: int) -> tuple[SampleI
         pending[0][1] = end
         if end == len(piece):
             pending.popleft()
-        return (SampleInfo(*(a[start:end] for a in piece.info)),
-                [c[start:end] for c in piece.columns])
+        return (
+            SampleInfo(*(a[start:end] for a in piece.info)),
+            [c[start:end] for c in piece.columns],
+        )
     infos: list[Sequence[np.ndarray]] = []
     parts: list[list[np.ndarray]] = []
     need = take
     while need:
         piece, start = pending[0]
         k = min(need, len(piece) - start)
-        infos.append([a[start:start + k] for a in piece.info])
-        parts.append([c[start:start + k] for c in piece.columns])
+        infos.append([a[start : start + k] for a in piece.info])
+        parts.append([c[start : start + k] for c in piece.columns])
         need -= k
         if start + k == len(piece):
             pending.popleft()
@@ -129,8 +143,10 @@ def take_rows(pending: collections.deque[list[Any]], take: int) -> tuple[SampleI
 def _concatenate(parts: Sequence[np.ndarray]) -> np.ndarray:
     first = parts[0]
     if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in parts):
-        raise ValueError(f"rows of shapes {sorted({p.shape[1:] for p in parts})} and dtypes "
-                         f"{sorted({str(p.dtype) for p in parts})}")
+        raise ValueError(
+            f"rows of shapes {sorted({p.shape[1:] for p in parts})} and dtypes "
+            f"{sorted({str(p.dtype) for p in parts})}"
+        )
     out = empty_aligned((sum(len(p) for p in parts), *first.shape[1:]), first.dtype)
     return np.concatenate(parts, out=out)
 
@@ -146,8 +162,9 @@ def timestep_piece(batch: SampleBatch, info: SampleInfo) -> Piece:
     if full is not None:
         rows, t = split_stacked(full, n, _decompose_error)
         out = [writable(c) for c in rows]
-        return Piece(SampleInfo(*(np.repeat(a, t) for a in info)), out, None, n,
-                     np.full(n, t, np.int64))
+        return Piece(
+            SampleInfo(*(np.repeat(a, t) for a in info)), out, None, n, np.full(n, t, np.int64)
+        )
     # Items of different lengths or shapes: decompose each item, then stack the steps.
     per_item = []
     steps = []

@@ -20,8 +20,9 @@ def compatible(a: tuple[int | None, ...], b: tuple[int | None, ...]) -> bool:
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
-def check_against_signature(table: str, requested: Sequence[TensorSpec],
-                            signature: Sequence[Any] | None) -> None:
+def check_against_signature(
+    table: str, requested: Sequence[TensorSpec], signature: Sequence[Any] | None
+) -> None:
     """Checks flat requested specs against a table's flat signature (when it has one).
 
     Raises:
@@ -32,31 +33,36 @@ def check_against_signature(table: str, requested: Sequence[TensorSpec],
     if len(requested) != len(signature):
         raise errors.InvalidArgumentError(
             f"Inconsistent number of tensors requested from table '{table}'.  Requested "
-            f"{len(requested)} tensors, but table signature shows {len(signature)} tensors.")
+            f"{len(requested)} tensors, but table signature shows {len(signature)} tensors."
+        )
     for i, (want, have) in enumerate(zip(requested, signature)):
         have = TensorSpec.from_spec(have)
         if want.dtype != have.dtype or not compatible(want.shape, have.shape):
             raise errors.InvalidArgumentError(
                 f"Requested incompatible tensor at flattened index {i} from table '{table}'.  "
                 f"Requested (dtype, shape): ({dtype_name(want.dtype)}, {shape_str(want.shape)}).  "
-                f"Signature (dtype, shape): ({dtype_name(have.dtype)}, {shape_str(have.shape)})")
+                f"Signature (dtype, shape): ({dtype_name(have.dtype)}, {shape_str(have.shape)})"
+            )
 
 
-def _mismatch(table: str, i: int, spec: TensorSpec, dtype: np.dtype,
-              shape: tuple[int, ...]) -> errors.InvalidArgumentError:
+def _mismatch(
+    table: str, i: int, spec: TensorSpec, dtype: np.dtype, shape: tuple[int, ...]
+) -> errors.InvalidArgumentError:
     return errors.InvalidArgumentError(
         f"Received incompatible tensor at flattened index {i} from table '{table}'.  "
         f"Specification has (dtype, shape): ({dtype_name(spec.dtype)}, {shape_str(spec.shape)}).  "
-        f"Tensor has (dtype, shape): ({dtype_name(dtype)}, {shape_str(shape)}).")
+        f"Tensor has (dtype, shape): ({dtype_name(dtype)}, {shape_str(shape)})."
+    )
 
 
-def check_stacked_columns(table: str, specs: Sequence[TensorSpec],
-                          columns: Sequence[np.ndarray]) -> None:
+def check_stacked_columns(
+    table: str, specs: Sequence[TensorSpec], columns: Sequence[np.ndarray]
+) -> None:
     """Checks stacked columns (batch dimension first) against per-row specs."""
     if len(columns) != len(specs):
         raise errors.InvalidArgumentError(
-            f"Received {len(columns)} tensors from table '{table}' but {len(specs)} were "
-            "requested.")
+            f"Received {len(columns)} tensors from table '{table}' but {len(specs)} were requested."
+        )
     for i, (spec, col) in enumerate(zip(specs, columns)):
         if col.dtype != spec.dtype or not compatible(spec.shape, col.shape[1:]):
             raise _mismatch(table, i, spec, col.dtype, col.shape[1:])
@@ -66,7 +72,8 @@ def check_row(table: str, specs: Sequence[TensorSpec], row: Sequence[np.ndarray]
     """Checks the columns of one item (or timestep) against specs."""
     if len(row) != len(specs):
         raise errors.InvalidArgumentError(
-            f"Received {len(row)} tensors from table '{table}' but {len(specs)} were requested.")
+            f"Received {len(row)} tensors from table '{table}' but {len(specs)} were requested."
+        )
     for i, (spec, col) in enumerate(zip(specs, row)):
         if col.dtype != spec.dtype or not compatible(spec.shape, col.shape):
             raise _mismatch(table, i, spec, col.dtype, col.shape)

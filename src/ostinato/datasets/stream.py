@@ -62,7 +62,8 @@ def as_client(client_or_address: Client | str) -> Client:
     if isinstance(client_or_address, str):
         return Client(client_or_address)
     raise ValueError(
-        f"server_address ({client_or_address!r}) must be 'host:port' or an ostinato.Client")
+        f"server_address ({client_or_address!r}) must be 'host:port' or an ostinato.Client"
+    )
 
 
 class SampleStream:
@@ -92,10 +93,17 @@ class SampleStream:
       ...         learn(batch.data, batch.info.key)
     """
 
-    def __init__(self, client: Client | str, table: str, options: StreamOptions | None = None,
-                 *, emit_timesteps: bool = False,
-                 validate: Callable[[Piece], None] | None = None,
-                 max_piece_items: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        client: Client | str,
+        table: str,
+        options: StreamOptions | None = None,
+        *,
+        emit_timesteps: bool = False,
+        validate: Callable[[Piece], None] | None = None,
+        max_piece_items: int | None = None,
+        **kwargs: Any,
+    ):
         if options is not None and kwargs:
             raise ValueError(f"pass either options or keyword options, not both ({sorted(kwargs)})")
         self.options = options if options is not None else StreamOptions(**kwargs)
@@ -124,17 +132,19 @@ class SampleStream:
 
         self._cond = threading.Condition()
         self._queue: collections.deque[Piece] = collections.deque()
-        self._used = 0          # items queued for the consumer or requested by a worker
-        self._requested = 0     # items requested or delivered, counted against max_samples
+        self._used = 0  # items queued for the consumer or requested by a worker
+        self._requested = 0  # items requested or delivered, counted against max_samples
         self._closed = False
-        self._ending = False    # a rate-limiter timeout ended the stream
+        self._ending = False  # a rate-limiter timeout ended the stream
         self._error: BaseException | None = None
         self._wait_since: float | None = None
         self._room_waiters = 0  # workers waiting in _reserve for room, and the least they want
         self._room_want = 0
         self._live = self.num_workers
-        self._threads = [threading.Thread(target=self._work, name=f"ostinato-sampler-{table}-{i}",
-                                          daemon=True) for i in range(self.num_workers)]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"ostinato-sampler-{table}-{i}", daemon=True)
+            for i in range(self.num_workers)
+        ]
         for th in self._threads:
             th.start()
 
@@ -184,8 +194,11 @@ class SampleStream:
         """True once :meth:`next_piece` has nothing more to give (it would return None or raise
         the error that stopped the workers)."""
         with self._cond:
-            return self._closed or not self._queue and (
-                self._live == 0 or self._ending or self._error is not None)
+            return (
+                self._closed
+                or not self._queue
+                and (self._live == 0 or self._ending or self._error is not None)
+            )
 
     @property
     def timed_out(self) -> bool:
@@ -360,8 +373,9 @@ class SampleStream:
         finally:
             self.close()
 
-    def batches(self, batch_size: int, *, drop_remainder: bool = False,
-                flat: bool = False) -> Iterator[ReplaySample]:
+    def batches(
+        self, batch_size: int, *, drop_remainder: bool = False, flat: bool = False
+    ) -> Iterator[ReplaySample]:
         """Yields ``ReplaySample(info, data)`` batches of ``batch_size`` rows stacked in numpy.
 
         ``info`` fields are arrays of length ``batch_size``; ``data`` holds one array per
@@ -377,8 +391,7 @@ class SampleStream:
           ValueError: ``batch_size`` is not a positive integer, or sampled items have
             different shapes and cannot be stacked (iterate :meth:`items` instead).
         """
-        if not is_int(batch_size) \
-                or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
         return self._batches(int(batch_size), drop_remainder, flat)
 
@@ -402,7 +415,8 @@ class SampleStream:
                         raise ValueError(
                             f"items sampled from table {self.table!r} have different shapes and "
                             "cannot be stacked into batches; iterate items one by one instead "
-                            "(batch_size=None)")
+                            "(batch_size=None)"
+                        )
                     if len(p):
                         pending.append([p, 0])
                         buffered += len(p)

@@ -83,8 +83,9 @@ class TFClient:
       ...     return sample.data[0]
     """
 
-    def __init__(self, server_address: str | Client, shared_name: str | None = None,
-                 name: str = "reverb"):
+    def __init__(
+        self, server_address: str | Client, shared_name: str | None = None, name: str = "reverb"
+    ):
         if isinstance(server_address, Client):
             self._client = server_address
         elif isinstance(server_address, str) and server_address:
@@ -119,8 +120,11 @@ class TFClient:
         ``tf.function`` the op is a ``tf.py_function``, and TensorFlow reports
         everything but ``InvalidArgumentError`` as ``UnknownError`` (message kept).
         """
-        flat, treedef = optree.tree_flatten(data_dtypes, is_leaf=lambda x: isinstance(
-            x, (tf.DType, np.dtype, type)), none_is_leaf=True)
+        flat, treedef = optree.tree_flatten(
+            data_dtypes,
+            is_leaf=lambda x: isinstance(x, (tf.DType, np.dtype, type)),
+            none_is_leaf=True,
+        )
         dtypes = [tf.as_dtype(d) for d in flat]
         table = _table_name(table)
 
@@ -145,15 +149,26 @@ class TFClient:
             steps = [c[0] for c in item]
         if len(steps) != len(dtypes):
             raise tf.errors.InvalidArgumentError(
-                None, None, f"Table '{table}' returned {len(steps)} columns but "
-                f"{len(dtypes)} dtypes were requested.")
+                None,
+                None,
+                f"Table '{table}' returned {len(steps)} columns but "
+                f"{len(dtypes)} dtypes were requested.",
+            )
         for i, (s, d) in enumerate(zip(steps, dtypes)):
             if s.dtype != d.as_numpy_dtype:
                 raise tf.errors.InternalError(
-                    None, None, f"Column {i} sampled from table '{table}' is a "
-                    f"{dtype_name(s.dtype)} tensor but {d.name} was requested.")
-        info = [batch.keys[:1], batch.probabilities[:1], batch.table_sizes[:1],
-                batch.priorities[:1], batch.times_sampled[:1]]
+                    None,
+                    None,
+                    f"Column {i} sampled from table '{table}' is a "
+                    f"{dtype_name(s.dtype)} tensor but {d.name} was requested.",
+                )
+        info = [
+            batch.keys[:1],
+            batch.probabilities[:1],
+            batch.table_sizes[:1],
+            batch.priorities[:1],
+            batch.times_sampled[:1],
+        ]
         return [a[0] for a in info] + steps
 
     # -- insert --------------------------------------------------------------------------------
@@ -181,8 +196,10 @@ class TFClient:
         if priorities.shape.rank != 1:
             raise ValueError(f"priorities must be a rank 1 tensor, got shape {priorities.shape}")
         if not tables.shape.is_compatible_with(priorities.shape):
-            raise ValueError(f"tables and priorities must have the same shape, got "
-                             f"{tables.shape} and {priorities.shape}")
+            raise ValueError(
+                f"tables and priorities must have the same shape, got "
+                f"{tables.shape} and {priorities.shape}"
+            )
         data = [tf.convert_to_tensor(d) for d in tf.nest.flatten(data)]
 
         def run(tabs: tf.Tensor, prios: tf.Tensor, *cols: tf.Tensor) -> None:
@@ -190,8 +207,10 @@ class TFClient:
             ps = prios.numpy().tolist()
             if len(names) != len(ps):
                 raise tf.errors.InvalidArgumentError(
-                    None, None, f"tables ({len(names)}) and priorities ({len(ps)}) must have "
-                    "the same length")
+                    None,
+                    None,
+                    f"tables ({len(names)}) and priorities ({len(ps)}) must have the same length",
+                )
             step = [c.numpy() for c in cols]
             for table, p in zip(names, ps):
                 self._client.insert(step, {table: p})
@@ -200,8 +219,9 @@ class TFClient:
             return _run_op(run, [tables, priorities, *data], [])
 
     # -- update_priorities ---------------------------------------------------------------------
-    def update_priorities(self, table: str, keys: Any, priorities: Any,
-                          name: str | None = None) -> Any:
+    def update_priorities(
+        self, table: str, keys: Any, priorities: Any, name: str | None = None
+    ) -> Any:
         """Sets new priorities for items of ``table`` (unknown keys are ignored).
 
         Args:
@@ -221,8 +241,11 @@ class TFClient:
             pn = p.numpy()
             if kn.shape != pn.shape or kn.ndim != 1:
                 raise tf.errors.InvalidArgumentError(
-                    None, None, f"keys (shape {list(kn.shape)}) and priorities (shape "
-                    f"{list(pn.shape)}) must be rank 1 tensors of the same shape")
+                    None,
+                    None,
+                    f"keys (shape {list(kn.shape)}) and priorities (shape "
+                    f"{list(pn.shape)}) must be rank 1 tensors of the same shape",
+                )
             self._client.update_priorities(table, kn, pn)
 
         with tf.name_scope(name or f"{self._name}_update_priorities"):

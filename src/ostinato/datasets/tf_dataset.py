@@ -72,13 +72,15 @@ def _text(value: Any, name: str) -> str:
             v = value.numpy()
         except (AttributeError, NotImplementedError):  # a symbolic (graph) tensor
             raise ValueError(
-                f"{name} ({value!r}) must be a Python string or an eager tensor") from None
+                f"{name} ({value!r}) must be a Python string or an eager tensor"
+            ) from None
         return v.decode() if isinstance(v, bytes) else str(v)
     raise ValueError(f"{name} ({value!r}) must be a string")
 
 
-def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.TensorShape],
-                    treedef: Any) -> tf.data.Dataset:
+def _stream_dataset(
+    source: _Source, dtypes: list[tf.DType], shapes: list[tf.TensorShape], treedef: Any
+) -> tf.data.Dataset:
     """Per iterator: open a stream once, then fetch chunks until the stream says it ended.
 
     The fetches are mapped with ``preserve_cardinality=False`` (``tf.compat.v1``'s map): the
@@ -87,8 +89,10 @@ def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.Ten
     calls per chunk, and TF-Agents' pipeline fetches 11 chunks per batch).
     """
     out_types = [*_INFO_DTYPES, *dtypes]
-    chunk_shapes = [*([tf.TensorShape([None])] * len(_INFO_DTYPES)),
-                    *(tf.TensorShape([None]).concatenate(s) for s in shapes)]
+    chunk_shapes = [
+        *([tf.TensorShape([None])] * len(_INFO_DTYPES)),
+        *(tf.TensorShape([None]).concatenate(s) for s in shapes),
+    ]
 
     def open_stream(_: Any) -> tf.Tensor:
         sid = tf.numpy_function(source.open, [], tf.int64, stateful=True, name="ostinato_open")
@@ -96,8 +100,9 @@ def _stream_dataset(source: _Source, dtypes: list[tf.DType], shapes: list[tf.Ten
         return sid
 
     def fetch(sid: tf.Tensor) -> ReplaySample:
-        out = tf.numpy_function(source.fetch, [sid], out_types, stateful=True,
-                                name="ostinato_fetch")
+        out = tf.numpy_function(
+            source.fetch, [sid], out_types, stateful=True, name="ostinato_fetch"
+        )
         for t, s in zip(out, chunk_shapes):
             t.set_shape(s)
         n = len(_INFO_DTYPES)
@@ -132,14 +137,23 @@ class _ReverbDataset(WrappedDataset):
 
     _EMIT_TIMESTEPS = False
 
-    def __init__(self, server_address: str | Client | tf.Tensor, table: str | tf.Tensor,
-                 dtypes: Any, shapes: Any, max_in_flight_samples_per_worker: int,
-                 num_workers_per_iterator: int = -1, max_samples_per_stream: int = -1,
-                 rate_limiter_timeout_ms: int = -1, max_samples: int = -1):
+    def __init__(
+        self,
+        server_address: str | Client | tf.Tensor,
+        table: str | tf.Tensor,
+        dtypes: Any,
+        shapes: Any,
+        max_in_flight_samples_per_worker: int,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        max_samples: int = -1,
+    ):
         dtype_tree = lists_to_tuples(dtypes)
         shape_tree = lists_to_tuples(shapes)
-        flat_dtypes, dtype_def = optree.tree_flatten(dtype_tree, is_leaf=_is_leaf,
-                                                     none_is_leaf=True)
+        flat_dtypes, dtype_def = optree.tree_flatten(
+            dtype_tree, is_leaf=_is_leaf, none_is_leaf=True
+        )
         # The dtypes give the structure (their leaves are unambiguous); each shape is what
         # stands at a dtype's place. So an empty nest such as ``policy_info=()`` is an empty
         # nest in both trees, while ``()`` at a dtype's place is a scalar shape.
@@ -150,12 +164,15 @@ class _ReverbDataset(WrappedDataset):
         if flat_shapes is None or not all(map(_shape_leaf, flat_shapes)):
             raise ValueError(
                 f"dtypes and shapes must have the same structure; got dtypes {dtypes!r} and "
-                f"shapes {shapes!r}")
+                f"shapes {shapes!r}"
+            )
         self._options = StreamOptions(
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
-            rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples)
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_samples=max_samples,
+        )
         if isinstance(server_address, Client):
             self._client = server_address
         else:
@@ -166,21 +183,29 @@ class _ReverbDataset(WrappedDataset):
         self._specs = [TensorSpec(s, d.as_numpy_dtype) for s, d in zip(tf_shapes, tf_dtypes)]
         self._treedef = dtype_def
         data_spec = optree.tree_unflatten(
-            dtype_def, [tf.TensorSpec(s, d) for s, d in zip(tf_shapes, tf_dtypes)])
+            dtype_def, [tf.TensorSpec(s, d) for s, d in zip(tf_shapes, tf_dtypes)]
+        )
         info_spec = SampleInfo(*(tf.TensorSpec([], d) for d in _INFO_DTYPES))
-        self._source = _Source(self._client, self._table, self._options, self._specs,
-                               self._EMIT_TIMESTEPS)
-        self._wrap(_stream_dataset(self._source, tf_dtypes, tf_shapes, dtype_def),
-                   ReplaySample(info=info_spec, data=data_spec))
+        self._source = _Source(
+            self._client, self._table, self._options, self._specs, self._EMIT_TIMESTEPS
+        )
+        self._wrap(
+            _stream_dataset(self._source, tf_dtypes, tf_shapes, dtype_def),
+            ReplaySample(info=info_spec, data=data_spec),
+        )
 
     @classmethod
-    def from_table_signature(cls, server_address: str | Client, table: str,
-                             max_in_flight_samples_per_worker: int,
-                             num_workers_per_iterator: int = -1,
-                             max_samples_per_stream: int = -1,
-                             rate_limiter_timeout_ms: int = -1,
-                             get_signature_timeout_secs: int | None = None,
-                             max_samples: int = -1) -> Any:
+    def from_table_signature(
+        cls,
+        server_address: str | Client,
+        table: str,
+        max_in_flight_samples_per_worker: int,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        get_signature_timeout_secs: int | None = None,
+        max_samples: int = -1,
+    ) -> Any:
         """A dataset whose dtypes and shapes are the table's signature.
 
         Bounded specs become plain ``tf.TensorSpec`` (their shape and dtype).
@@ -190,25 +215,44 @@ class _ReverbDataset(WrappedDataset):
           DeadlineExceededError: the server did not answer within
             ``get_signature_timeout_secs``.
         """
-        client = server_address if isinstance(server_address, Client) else as_client(
-            _text(server_address, "server_address"))
+        client = (
+            server_address
+            if isinstance(server_address, Client)
+            else as_client(_text(server_address, "server_address"))
+        )
         address = client.server_address
         info = client.server_info(get_signature_timeout_secs)
         if table not in info:
             raise ValueError(
                 f"Server at {address} does not contain any table named {table}. Found: "
-                f"{', '.join(sorted(info))}.")
+                f"{', '.join(sorted(info))}."
+            )
         signature = info[table].signature
         if not signature:
             raise ValueError(f"Table {table} at {address} does not have a signature.")
-        dtypes = optree.tree_map(lambda s: tf.as_dtype(TensorSpec.from_spec(s).dtype),
-                                 signature, is_leaf=is_spec_like, none_is_leaf=True)
-        shapes = optree.tree_map(lambda s: tf.TensorShape(TensorSpec.from_spec(s).shape),
-                                 signature, is_leaf=is_spec_like, none_is_leaf=True)
-        return cls(client, table, dtypes, shapes, max_in_flight_samples_per_worker,
-                   num_workers_per_iterator=num_workers_per_iterator,
-                   max_samples_per_stream=max_samples_per_stream,
-                   rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples)
+        dtypes = optree.tree_map(
+            lambda s: tf.as_dtype(TensorSpec.from_spec(s).dtype),
+            signature,
+            is_leaf=is_spec_like,
+            none_is_leaf=True,
+        )
+        shapes = optree.tree_map(
+            lambda s: tf.TensorShape(TensorSpec.from_spec(s).shape),
+            signature,
+            is_leaf=is_spec_like,
+            none_is_leaf=True,
+        )
+        return cls(
+            client,
+            table,
+            dtypes,
+            shapes,
+            max_in_flight_samples_per_worker,
+            num_workers_per_iterator=num_workers_per_iterator,
+            max_samples_per_stream=max_samples_per_stream,
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_samples=max_samples,
+        )
 
 
 class TrajectoryDataset(_ReverbDataset):
@@ -265,11 +309,11 @@ def _validator(table: str, specs: list[TensorSpec]) -> Any:
         else:
             for row in piece.row_data or ():
                 specs_lib.check_row(table, specs, row)
+
     return validate
 
 
-def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
-                     timesteps: bool) -> None:
+def _check_signature(table: str, specs: list[TensorSpec], signature: Any, timesteps: bool) -> None:
     from ostinato.core.signature import flatten_signature
 
     flat = flatten_signature(signature)
@@ -277,9 +321,12 @@ def _check_signature(table: str, specs: list[TensorSpec], signature: Any,
         return
     if timesteps and len(flat) == len(specs):
         # A trajectory-writer table's signature has a time dimension; a step has not.
-        flat = [TensorSpec(f.shape[1:], f.dtype, f.name)
-                if f.shape and not specs_lib.compatible(want.shape, f.shape) else f
-                for f, want in zip(flat, specs)]
+        flat = [
+            TensorSpec(f.shape[1:], f.dtype, f.name)
+            if f.shape and not specs_lib.compatible(want.shape, f.shape)
+            else f
+            for f, want in zip(flat, specs)
+        ]
     specs_lib.check_against_signature(table, specs, flat)
 
 
@@ -331,8 +378,14 @@ class _Source:
     iterator's buffers is gone, as with Reverb).
     """
 
-    def __init__(self, client: Client, table: str, options: StreamOptions,
-                 specs: list[TensorSpec], timesteps: bool):
+    def __init__(
+        self,
+        client: Client,
+        table: str,
+        options: StreamOptions,
+        specs: list[TensorSpec],
+        timesteps: bool,
+    ):
         self._client = client
         self._table = table
         self._options = options
@@ -388,14 +441,18 @@ class _Source:
         if p.columns is not None:
             return [*p.info, *p.columns]
         for i, row in enumerate(p.row_data or ()):
-            stream.rows.append([*(a[i:i + 1] for a in p.info), *(r[None] for r in row)])
+            stream.rows.append([*(a[i : i + 1] for a in p.info), *(r[None] for r in row)])
         return self._row(stream)
 
     def _new_sampler(self) -> SampleStream:
-        sampler = SampleStream(self._client, self._table, self._options,
-                               emit_timesteps=self._timesteps,
-                               validate=_validator(self._table, self._specs),
-                               max_piece_items=self._options.max_in_flight_samples_per_worker)
+        sampler = SampleStream(
+            self._client,
+            self._table,
+            self._options,
+            emit_timesteps=self._timesteps,
+            validate=_validator(self._table, self._specs),
+            max_piece_items=self._options.max_in_flight_samples_per_worker,
+        )
         try:
             _check_signature(self._table, self._specs, sampler.signature, self._timesteps)
         except BaseException:

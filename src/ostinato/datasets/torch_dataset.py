@@ -78,24 +78,37 @@ class TorchDataset(IterableDataset):
       ...     batch.data["obs"].shape   # torch.Size([256, 10, 64])
     """
 
-    def __init__(self, server_address: Client | str, table: str, batch_size: int, *,
-                 max_in_flight_samples_per_worker: int | None = None,
-                 num_workers_per_iterator: int = -1, max_samples_per_stream: int = -1,
-                 rate_limiter_timeout_ms: int = -1, max_samples: int = -1,
-                 emit_timesteps: bool = False, drop_remainder: bool = False,
-                 device: str | torch.device | None = None, pin_memory: bool = False,
-                 flat: bool = False):
+    def __init__(
+        self,
+        server_address: Client | str,
+        table: str,
+        batch_size: int,
+        *,
+        max_in_flight_samples_per_worker: int | None = None,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        max_samples: int = -1,
+        emit_timesteps: bool = False,
+        drop_remainder: bool = False,
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
+        flat: bool = False,
+    ):
         super().__init__()
         positive_int("batch_size", batch_size)
         StreamOptions(  # validate now rather than in a worker process
             max_in_flight_samples_per_worker=max_in_flight_samples_per_worker or batch_size,
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
-            rate_limiter_timeout_ms=rate_limiter_timeout_ms, max_samples=max_samples)
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_samples=max_samples,
+        )
         self.device = None if device is None else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device ({device!r}) needs CUDA, but torch.cuda.is_available() is "
-                             "False")
+            raise ValueError(
+                f"device ({device!r}) needs CUDA, but torch.cuda.is_available() is False"
+            )
         if pin_memory and not torch.cuda.is_available():
             raise ValueError("pin_memory=True needs CUDA, but torch.cuda.is_available() is False")
         self.client = as_client(server_address)
@@ -107,7 +120,10 @@ class TorchDataset(IterableDataset):
             num_workers_per_iterator=num_workers_per_iterator,
             max_samples_per_stream=max_samples_per_stream,
             rate_limiter_timeout_ms=rate_limiter_timeout_ms,
-            emit_timesteps=emit_timesteps, drop_remainder=drop_remainder, flat=flat)
+            emit_timesteps=emit_timesteps,
+            drop_remainder=drop_remainder,
+            flat=flat,
+        )
         self.max_samples = max_samples
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor | np.ndarray:
@@ -128,13 +144,15 @@ class TorchDataset(IterableDataset):
             if self.device is not None and self.device.type != "cpu":
                 raise ValueError(
                     f"device ({str(self.device)!r}) cannot be used in DataLoader worker "
-                    "processes; leave device=None and use DataLoader(pin_memory=True)")
+                    "processes; leave device=None and use DataLoader(pin_memory=True)"
+                )
             client = network_client(client)
             max_samples = _split(max_samples, worker.id, worker.num_workers)
             if max_samples == 0:
                 return
-        it = numpy_iterator(client, self.table, self.batch_size, max_samples=max_samples,
-                            **self._kwargs)
+        it = numpy_iterator(
+            client, self.table, self.batch_size, max_samples=max_samples, **self._kwargs
+        )
         convert = self._tensor
         try:
             for batch in it:

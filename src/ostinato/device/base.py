@@ -29,9 +29,16 @@ class DeviceBuffer:
             cls = backend_class(cls._KIND, backend)
         return super().__new__(cls)
 
-    def _init_common(self, capacity: int, sample_size: int, shapes: Sequence[Any],
-                     types: Sequence[Any], names: Sequence[str] | None, seed: int | None,
-                     backend: str) -> None:
+    def _init_common(
+        self,
+        capacity: int,
+        sample_size: int,
+        shapes: Sequence[Any],
+        types: Sequence[Any],
+        names: Sequence[str] | None,
+        seed: int | None,
+        backend: str,
+    ) -> None:
         self.capacity = positive_int("capacity", capacity)
         self.sample_size = positive_int("sample_size", sample_size)
         self.specs: tuple[ColumnSpec, ...] = make_specs(shapes, types, names)
@@ -77,5 +84,7 @@ class DeviceBuffer:
         return f"sample_size={self.sample_size}, capacity={self.capacity}"
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self._repr_fields()}, columns={len(self.specs)}, "
-                f"size={self.size()})")
+        return (
+            f"{type(self).__name__}({self._repr_fields()}, columns={len(self.specs)}, "
+            f"size={self.size()})"
+        )

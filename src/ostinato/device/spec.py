@@ -189,6 +189,7 @@ def check_row_count(specs: Sequence[ColumnSpec], counts: Sequence[int | None]) -
     first = counts[0]
     for spec, count in zip(specs, counts):
         if count != first:
+
             def what(c: int | None) -> str:
                 return "a single element" if c is None else f"a batch of {c}"
 

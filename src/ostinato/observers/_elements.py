@@ -31,9 +31,9 @@ class ElementPlan:
     table: str
     sequence_length: int | None
     sample_batch_size: int | None
-    num_steps: int | None          # None: no split
+    num_steps: int | None  # None: no split
     preprocess: Callable[[Any], Any] | None
-    data_spec: Any                 # rebuilds the data structure; None: the sampler's
+    data_spec: Any  # rebuilds the data structure; None: the sampler's
     sampler_kwargs: dict[str, Any]
     shuffle: bool
     seed: int | None = None
@@ -59,7 +59,8 @@ def _rebuild(plan: ElementPlan) -> Callable[[list[np.ndarray]], Any] | None:
         if len(columns) != treedef.num_leaves:
             raise ValueError(
                 f"data_spec has {treedef.num_leaves} leaves, but items of table {plan.table!r} "
-                f"have {len(columns)} columns")
+                f"have {len(columns)} columns"
+            )
         return optree.tree_unflatten(treedef, columns)
 
     return rebuild
@@ -71,9 +72,14 @@ def _stacks(plan: ElementPlan) -> Iterator[tuple[list[np.ndarray], SampleInfo, A
     k = plan.source_batch
     # Whole-item batches drop an incomplete last batch (TF-Agents' drop_remainder); chunks
     # of a last, smaller batch of items still go to the pool.
-    it = numpy_iterator(plan.client, plan.table, k, flat=rebuild is not None,
-                        drop_remainder=k is not None and plan.num_steps is None,
-                        **plan.sampler_kwargs)
+    it = numpy_iterator(
+        plan.client,
+        plan.table,
+        k,
+        flat=rebuild is not None,
+        drop_remainder=k is not None and plan.num_steps is None,
+        **plan.sampler_kwargs,
+    )
     try:
         for sample in it:
             data = rebuild(sample.data) if rebuild is not None else sample.data
@@ -89,11 +95,13 @@ def _stacks(plan: ElementPlan) -> Iterator[tuple[list[np.ndarray], SampleInfo, A
             if length is None or any(x.ndim < 2 or x.shape[1] != length for x in leaves):
                 raise ValueError(
                     f"items of table {plan.table!r} must have the same number of steps in every "
-                    f"column (got shapes {[x.shape[1:] for x in leaves]})")
+                    f"column (got shapes {[x.shape[1:] for x in leaves]})"
+                )
             if plan.sequence_length is not None and length != plan.sequence_length:
                 raise ValueError(
                     f"an item of table {plan.table!r} has {length} steps, but sequence_length "
-                    f"is {plan.sequence_length}")
+                    f"is {plan.sequence_length}"
+                )
             info = SampleInfo(*(np.repeat(np.asarray(a)[:, None], length, axis=1) for a in info))
             if plan.preprocess is not None:
                 leaves, treedef = _preprocess(plan.preprocess, leaves, treedef, n)
@@ -102,8 +110,9 @@ def _stacks(plan: ElementPlan) -> Iterator[tuple[list[np.ndarray], SampleInfo, A
         it.close()
 
 
-def _preprocess(fn: Callable[[Any], Any], leaves: list[np.ndarray], treedef: Any,
-                n: int) -> tuple[list[np.ndarray], Any]:
+def _preprocess(
+    fn: Callable[[Any], Any], leaves: list[np.ndarray], treedef: Any, n: int
+) -> tuple[list[np.ndarray], Any]:
     """``fn`` on each item's data (TF-Agents calls it per sequence), restacked."""
     outs = [fn(optree.tree_unflatten(treedef, [x[i] for x in leaves])) for i in range(n)]
     flat = [optree.tree_flatten(o, none_is_leaf=False) for o in outs]
@@ -112,8 +121,9 @@ def _preprocess(fn: Callable[[Any], Any], leaves: list[np.ndarray], treedef: Any
     return columns, out_def
 
 
-def _split(leaves: list[np.ndarray], info: SampleInfo, num_steps: int
-           ) -> tuple[list[np.ndarray], SampleInfo]:
+def _split(
+    leaves: list[np.ndarray], info: SampleInfo, num_steps: int
+) -> tuple[list[np.ndarray], SampleInfo]:
     """[K, T, ...] -> [K * (T // n), n, ...]: non-overlapping chunks, the tail dropped."""
     k, t = info.key.shape
     rows = t // num_steps
@@ -135,8 +145,10 @@ def elements(plan: ElementPlan) -> Iterator[tuple[Any, SampleInfo]]:
     for leaves, info, treedef in _stacks(plan):
         if plan.num_steps is None:
             if b is None:  # one whole item
-                yield (optree.tree_unflatten(treedef, [x[0] for x in leaves]),
-                       SampleInfo(*(a[0] for a in info)))
+                yield (
+                    optree.tree_unflatten(treedef, [x[0] for x in leaves]),
+                    SampleInfo(*(a[0] for a in info)),
+                )
             else:
                 yield optree.tree_unflatten(treedef, leaves), info
             continue
@@ -155,11 +167,15 @@ def elements(plan: ElementPlan) -> Iterator[tuple[Any, SampleInfo]]:
         while len(pool_info[0]) - start >= take:
             end = start + take
             if b is None:
-                yield (optree.tree_unflatten(treedef, [x[start] for x in pool]),
-                       SampleInfo(*(a[start] for a in pool_info)))
+                yield (
+                    optree.tree_unflatten(treedef, [x[start] for x in pool]),
+                    SampleInfo(*(a[start] for a in pool_info)),
+                )
             else:
-                yield (optree.tree_unflatten(treedef, [x[start:end] for x in pool]),
-                       SampleInfo(*(a[start:end] for a in pool_info)))
+                yield (
+                    optree.tree_unflatten(treedef, [x[start:end] for x in pool]),
+                    SampleInfo(*(a[start:end] for a in pool_info)),
+                )
             start = end
         if start:
             pool = [x[start:] for x in pool]

@@ -34,8 +34,9 @@ def _cut(num_steps: int) -> Any:
         rows = static // num_steps if static is not None else tf.shape(first)[0] // num_steps
 
         def reshape(t: tf.Tensor) -> tf.Tensor:
-            out = tf.reshape(t[:rows * num_steps],
-                             tf.concat(([rows, num_steps], tf.shape(t)[1:]), axis=0))
+            out = tf.reshape(
+                t[: rows * num_steps], tf.concat(([rows, num_steps], tf.shape(t)[1:]), axis=0)
+            )
             out.set_shape([rows if static is not None else None, num_steps] + t.shape[1:])
             return out
 
@@ -44,19 +45,25 @@ def _cut(num_steps: int) -> Any:
     return cut
 
 
-def tf_dataset(plan: ElementPlan, num_parallel_calls: int | None,
-               shuffle_size: int) -> tf.data.Dataset:
+def tf_dataset(
+    plan: ElementPlan, num_parallel_calls: int | None, shuffle_size: int
+) -> tf.data.Dataset:
     """The ``tf.data.Dataset`` of ``(data, info)`` elements TF-Agents' buffer builds."""
     kwargs = dict(plan.sampler_kwargs)
-    inflight = kwargs.pop("max_in_flight_samples_per_worker", None) or \
-        2 * (plan.source_batch or 50)
+    inflight = kwargs.pop("max_in_flight_samples_per_worker", None) or 2 * (plan.source_batch or 50)
     if plan.data_spec is not None:
-        specs = optree.tree_map(TensorSpec.from_spec, plan.data_spec, is_leaf=is_spec_like,
-                                none_is_leaf=False)
-        dtypes = optree.tree_map(lambda s: tf.as_dtype(s.dtype), specs,
-                                 is_leaf=is_spec_like, none_is_leaf=False)
-        shapes = optree.tree_map(lambda s: tf.TensorShape((plan.sequence_length, *s.shape)),
-                                 specs, is_leaf=is_spec_like, none_is_leaf=False)
+        specs = optree.tree_map(
+            TensorSpec.from_spec, plan.data_spec, is_leaf=is_spec_like, none_is_leaf=False
+        )
+        dtypes = optree.tree_map(
+            lambda s: tf.as_dtype(s.dtype), specs, is_leaf=is_spec_like, none_is_leaf=False
+        )
+        shapes = optree.tree_map(
+            lambda s: tf.TensorShape((plan.sequence_length, *s.shape)),
+            specs,
+            is_leaf=is_spec_like,
+            none_is_leaf=False,
+        )
         ds = TrajectoryDataset(plan.client, plan.table, dtypes, shapes, inflight, **kwargs)
     else:
         ds = TrajectoryDataset.from_table_signature(plan.client, plan.table, inflight, **kwargs)

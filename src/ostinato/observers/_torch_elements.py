@@ -31,10 +31,10 @@ class TorchElements(IterableDataset):
         super().__init__()
         self.plan = plan
         self.device = None if device is None else torch.device(device)
-        if self.device is not None and self.device.type == "cuda" and \
-                not torch.cuda.is_available():
-            raise ValueError(f"device ({device!r}) needs CUDA, but torch.cuda.is_available() "
-                             "is False")
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device ({device!r}) needs CUDA, but torch.cuda.is_available() is False"
+            )
 
     def _tensor(self, a: Any) -> Any:
         a = np.asarray(a)
@@ -48,5 +48,7 @@ class TorchElements(IterableDataset):
         if get_worker_info() is not None:
             plan = dataclasses.replace(plan, client=network_client(plan.client))
         for data, info in elements(plan):
-            yield (optree.tree_map(self._tensor, data, none_is_leaf=False),
-                   SampleInfo(*map(self._tensor, info)))
+            yield (
+                optree.tree_map(self._tensor, data, none_is_leaf=False),
+                SampleInfo(*map(self._tensor, info)),
+            )

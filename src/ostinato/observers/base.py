@@ -27,7 +27,8 @@ def table_names(table_name: Any) -> tuple[str, ...]:
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError(
             f"table_name ({table_name!r}) must be a non-empty string or a non-empty sequence of "
-            "non-empty strings")
+            "non-empty strings"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"table_name ({table_name!r}) names a table twice")
     return names
@@ -35,8 +36,7 @@ def table_names(table_name: Any) -> tuple[str, ...]:
 
 def priority_value(value: Any, name: str = "priority") -> float:
     """``value`` as a float priority; a real, finite, non-NaN number (bools refused)."""
-    if not is_real(value) or \
-            not math.isfinite(float(value)):
+    if not is_real(value) or not math.isfinite(float(value)):
         raise ValueError(f"{name} ({value!r}) must be a finite real number")
     return float(value)
 
@@ -60,11 +60,11 @@ class ObserverBase:
 
     _num_keep_alive_refs: int
 
-    def __init__(self, py_client: Any, table_name: Any, priority: Any, *,
-                 validate_items: bool = True):
+    def __init__(
+        self, py_client: Any, table_name: Any, priority: Any, *, validate_items: bool = True
+    ):
         if py_client is None or not callable(getattr(py_client, "trajectory_writer", None)):
-            raise ValueError(
-                f"py_client ({py_client!r}) must be an ostinato (or Reverb) Client")
+            raise ValueError(f"py_client ({py_client!r}) must be an ostinato (or Reverb) Client")
         self._py_client = py_client
         self._table_names = table_names(table_name)
         self._priority = priority_value(priority)
@@ -75,13 +75,15 @@ class ObserverBase:
     # -- writer ---------------------------------------------------------------------------------
     def _new_writer(self) -> Any:
         return self._py_client.trajectory_writer(
-            num_keep_alive_refs=self._num_keep_alive_refs, validate_items=self._validate_items)
+            num_keep_alive_refs=self._num_keep_alive_refs, validate_items=self._validate_items
+        )
 
     def _get_writer(self) -> Any:
         if self._writer is None:
             raise ValueError(
                 "Could not obtain writer from py_client: the observer is closed; call open() "
-                "before using it again.")
+                "before using it again."
+            )
         return self._writer
 
     def _window(self, start: int | None) -> Any:
@@ -185,8 +187,9 @@ class ObserverBase:
     def reset(self, write_cached_steps: bool = True) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def on_step(self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any,
-                info: Any = None) -> None:
+    def on_step(
+        self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any, info: Any = None
+    ) -> None:
         """Writes one gymnasium transition (see :mod:`ostinato.observers.steps`).
 
         Args:

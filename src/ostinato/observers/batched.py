@@ -58,7 +58,8 @@ def autoreset_mode_name(mode: Any) -> str:
             return name
     raise ValueError(
         f"autoreset_mode ({mode!r}) must be a gymnasium AutoresetMode or one of 'NextStep', "
-        "'SameStep', 'Disabled'")
+        "'SameStep', 'Disabled'"
+    )
 
 
 def _leading(leaves: list[np.ndarray], paths: list[Any], n: int, what: str) -> None:
@@ -67,7 +68,8 @@ def _leading(leaves: list[np.ndarray], paths: list[Any], n: int, what: str) -> N
             where = "/".join(map(str, path)) or "value"
             raise ValueError(
                 f"{what} {where} has shape {leaf.shape}, but a batched observer with num_envs "
-                f"({n}) needs a leading dimension of {n} on every leaf")
+                f"({n}) needs a leading dimension of {n} on every leaf"
+            )
 
 
 class _Splitter:
@@ -104,8 +106,14 @@ class BatchedObserver:
         ``env`` disagrees with ``num_envs``/``autoreset_mode``.
     """
 
-    def __init__(self, make_observer: Callable[[], ObserverBase], *, num_envs: int | None = None,
-                 env: Any = None, autoreset_mode: Any = None):
+    def __init__(
+        self,
+        make_observer: Callable[[], ObserverBase],
+        *,
+        num_envs: int | None = None,
+        env: Any = None,
+        autoreset_mode: Any = None,
+    ):
         if env is not None:
             env_n = getattr(env, "num_envs", None)
             if env_n is None:
@@ -114,10 +122,13 @@ class BatchedObserver:
                 raise ValueError(f"num_envs ({num_envs!r}) differs from env.num_envs ({env_n})")
             num_envs = env_n
             env_mode = (getattr(env, "metadata", None) or {}).get("autoreset_mode", NEXT_STEP)
-            if autoreset_mode is not None and \
-                    autoreset_mode_name(autoreset_mode) != autoreset_mode_name(env_mode):
-                raise ValueError(f"autoreset_mode ({autoreset_mode!r}) differs from the env's "
-                                 f"metadata['autoreset_mode'] ({env_mode!r})")
+            if autoreset_mode is not None and autoreset_mode_name(
+                autoreset_mode
+            ) != autoreset_mode_name(env_mode):
+                raise ValueError(
+                    f"autoreset_mode ({autoreset_mode!r}) differs from the env's "
+                    f"metadata['autoreset_mode'] ({env_mode!r})"
+                )
             autoreset_mode = env_mode
         if num_envs is None:
             raise ValueError("num_envs (None) must be a positive integer (or pass env=)")
@@ -180,7 +191,8 @@ class BatchedObserver:
             raise TypeError(
                 "a batched step must be a TF-Agents Trajectory or a mapping of arrays with a "
                 f"leading dimension of num_envs; got {type(step).__name__} (gymnasium vector "
-                "environments go through on_reset()/on_step())")
+                "environments go through on_reset()/on_step())"
+            )
         for observer, part in zip(self._observers, self._split(step, "step leaf")):
             observer(part)
 
@@ -205,12 +217,21 @@ class BatchedObserver:
             return np.ones(self._num_envs, dtype=bool)
         mask = np.asarray(reset_mask)
         if mask.shape != (self._num_envs,) or mask.dtype != bool:
-            raise ValueError(f"reset_mask must be a bool array of shape ({self._num_envs},); "
-                             f"got {mask.dtype} {mask.shape}")
+            raise ValueError(
+                f"reset_mask must be a bool array of shape ({self._num_envs},); "
+                f"got {mask.dtype} {mask.shape}"
+            )
         return mask
 
-    def on_step(self, obs: Any, actions: Any, rewards: Any, terminated: Any, truncated: Any,
-                info: Any = None) -> None:
+    def on_step(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        info: Any = None,
+    ) -> None:
         """Writes one step of every environment (what ``envs.step(actions)`` returned).
 
         Args:
@@ -225,8 +246,14 @@ class BatchedObserver:
         n = self._num_envs
         obs_parts = self._split(obs, "observation")
         action_parts = self._split(actions, "action")
-        rewards, terminated, truncated = (self._vector(v, name) for v, name in (
-            (rewards, "rewards"), (terminated, "terminated"), (truncated, "truncated")))
+        rewards, terminated, truncated = (
+            self._vector(v, name)
+            for v, name in (
+                (rewards, "rewards"),
+                (terminated, "terminated"),
+                (truncated, "truncated"),
+            )
+        )
         done = terminated.astype(bool) | truncated.astype(bool)
         final_obs = None
         if self._mode == SAME_STEP and done.any():
@@ -238,12 +265,12 @@ class BatchedObserver:
                 observer.on_reset(obs_parts[i])
                 continue
             if final_obs is not None and done[i]:
-                observer.on_step(final_obs[i], action_parts[i], rewards[i], terminated[i],
-                                 truncated[i])
+                observer.on_step(
+                    final_obs[i], action_parts[i], rewards[i], terminated[i], truncated[i]
+                )
                 observer.on_reset(obs_parts[i])
                 continue
-            observer.on_step(obs_parts[i], action_parts[i], rewards[i], terminated[i],
-                             truncated[i])
+            observer.on_step(obs_parts[i], action_parts[i], rewards[i], terminated[i], truncated[i])
             if done[i] and self._mode == NEXT_STEP:
                 self._autoreset[i] = True
 
@@ -257,7 +284,8 @@ class BatchedObserver:
         if not isinstance(info, Mapping) or "final_obs" not in info:
             raise ValueError(
                 "autoreset_mode is 'SameStep' and an episode ended, but info has no "
-                "'final_obs' (pass the info that envs.step() returned)")
+                "'final_obs' (pass the info that envs.step() returned)"
+            )
         final = info["final_obs"]
         if isinstance(final, np.ndarray) and final.dtype == object:
             return list(final)
@@ -323,15 +351,32 @@ class BatchedTrajectoryObserver(BatchedObserver):
       ...     observer.on_step(obs, actions, rewards, terminated, truncated, info)
     """
 
-    def __init__(self, py_client: Any, table_name: Any, sequence_length: int,
-                 stride_length: int = 1, priority: float = 1,
-                 pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False, *,
-                 num_envs: int | None = None, env: Any = None, autoreset_mode: Any = None,
-                 validate_items: bool = True):
+    def __init__(
+        self,
+        py_client: Any,
+        table_name: Any,
+        sequence_length: int,
+        stride_length: int = 1,
+        priority: float = 1,
+        pad_end_of_episodes: bool = False,
+        tile_end_of_episodes: bool = False,
+        *,
+        num_envs: int | None = None,
+        env: Any = None,
+        autoreset_mode: Any = None,
+        validate_items: bool = True,
+    ):
         def make() -> ObserverBase:
-            return self._kind(py_client, table_name, sequence_length, stride_length, priority,
-                              pad_end_of_episodes, tile_end_of_episodes,
-                              validate_items=validate_items)
+            return self._kind(
+                py_client,
+                table_name,
+                sequence_length,
+                stride_length,
+                priority,
+                pad_end_of_episodes,
+                tile_end_of_episodes,
+                validate_items=validate_items,
+            )
 
         super().__init__(make, num_envs=num_envs, env=env, autoreset_mode=autoreset_mode)
 
@@ -351,12 +396,27 @@ class BatchedEpisodeObserver(BatchedObserver):
     Arguments as for ``EpisodeObserver``, plus ``num_envs``/``env``/``autoreset_mode``.
     """
 
-    def __init__(self, py_client: Any, table_name: Any, max_sequence_length: int,
-                 priority: float = 1, bypass_partial_episodes: bool = False, *,
-                 num_envs: int | None = None, env: Any = None, autoreset_mode: Any = None,
-                 validate_items: bool = True):
+    def __init__(
+        self,
+        py_client: Any,
+        table_name: Any,
+        max_sequence_length: int,
+        priority: float = 1,
+        bypass_partial_episodes: bool = False,
+        *,
+        num_envs: int | None = None,
+        env: Any = None,
+        autoreset_mode: Any = None,
+        validate_items: bool = True,
+    ):
         def make() -> ObserverBase:
-            return EpisodeObserver(py_client, table_name, max_sequence_length, priority,
-                                   bypass_partial_episodes, validate_items=validate_items)
+            return EpisodeObserver(
+                py_client,
+                table_name,
+                max_sequence_length,
+                priority,
+                bypass_partial_episodes,
+                validate_items=validate_items,
+            )
 
         super().__init__(make, num_envs=num_envs, env=env, autoreset_mode=autoreset_mode)

@@ -34,13 +34,22 @@ class EpisodeObserver(ObserverBase):
         invalid (the message names it).
     """
 
-    def __init__(self, py_client: Any, table_name: Any, max_sequence_length: int,
-                 priority: float = 1, bypass_partial_episodes: bool = False, *,
-                 validate_items: bool = True):
+    def __init__(
+        self,
+        py_client: Any,
+        table_name: Any,
+        max_sequence_length: int,
+        priority: float = 1,
+        bypass_partial_episodes: bool = False,
+        *,
+        validate_items: bool = True,
+    ):
         super().__init__(py_client, table_name, priority, validate_items=validate_items)
         if not is_int(max_sequence_length) or max_sequence_length <= 0:
-            raise ValueError("`max_sequence_length` must be an integer greater equal one "
-                             f"(got {max_sequence_length!r}).")
+            raise ValueError(
+                "`max_sequence_length` must be an integer greater equal one "
+                f"(got {max_sequence_length!r})."
+            )
         self._max_sequence_length = int(max_sequence_length)
         self._bypass_partial_episodes = flag(bypass_partial_episodes, "bypass_partial_episodes")
         self._num_keep_alive_refs = self._max_sequence_length + 1
@@ -81,13 +90,16 @@ class EpisodeObserver(ObserverBase):
                     "The number of trajectories within the same episode exceeds "
                     "`max_sequence_length` (%d). This episode is bypassed and will NOT be "
                     "written into the replay buffer. Consider increasing the "
-                    "`max_sequence_length`.", self._max_sequence_length)
+                    "`max_sequence_length`.",
+                    self._max_sequence_length,
+                )
             else:
                 raise ValueError(
                     "The number of trajectories within the same episode exceeds "
                     f"`max_sequence_length` ({self._max_sequence_length}). Consider "
                     "increasing the `max_sequence_length` or set `bypass_partial_episodes` to "
-                    "true to bypass the episodes with length more than `max_sequence_length`.")
+                    "true to bypass the episodes with length more than `max_sequence_length`."
+                )
         if self._overflow_episode:
             if boundary:
                 self.reset(write_cached_steps=False)

@@ -22,8 +22,7 @@ _FRAMEWORKS = ("numpy", "torch", "jax", "tf")
 
 
 def _int_or_auto(value: Any, name: str) -> int:
-    if not is_int(value) or \
-            (value < 1 and value != -1):
+    if not is_int(value) or (value < 1 and value != -1):
         raise ValueError(f"{name} ({value!r}) must be a positive integer or -1 (auto)")
     return int(value)
 
@@ -91,11 +90,19 @@ class ReplayBuffer:
       ...     loss = learn(data["observation"][:, 0], data["observation"][:, 1])
     """
 
-    def __init__(self, data_spec: Any = None, table_name: str = DEFAULT_TABLE,
-                 sequence_length: int | None = None, server_address: str | Client | None = None,
-                 local_server: Any = None, dataset_buffer_size: int | None = None,
-                 max_cycle_length: int = 32, num_workers_per_iterator: int = -1,
-                 max_samples_per_stream: int = -1, rate_limiter_timeout_ms: int = -1):
+    def __init__(
+        self,
+        data_spec: Any = None,
+        table_name: str = DEFAULT_TABLE,
+        sequence_length: int | None = None,
+        server_address: str | Client | None = None,
+        local_server: Any = None,
+        dataset_buffer_size: int | None = None,
+        max_cycle_length: int = 32,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+    ):
         if (server_address is None) == (local_server is None):
             raise ValueError("Exactly one of the server_address or local_server must be provided.")
         if not isinstance(table_name, str) or not table_name:
@@ -104,24 +111,30 @@ class ReplayBuffer:
             if _has_list(data_spec):
                 raise ValueError(
                     f"data_spec ({data_spec!r}) contains lists; convert any lists to tuples "
-                    "(TF-Agents cannot gather from them either)")
+                    "(TF-Agents cannot gather from them either)"
+                )
             leaves = optree.tree_leaves(data_spec, is_leaf=is_spec_like, none_is_leaf=True)
             if not leaves or not all(is_spec_like(x) for x in leaves):
-                raise ValueError(f"data_spec ({data_spec!r}) must be a non-empty nest of "
-                                 "TensorSpecs (one step, no time dimension)")
+                raise ValueError(
+                    f"data_spec ({data_spec!r}) must be a non-empty nest of "
+                    "TensorSpecs (one step, no time dimension)"
+                )
         self._data_spec = data_spec
         self._table_name = table_name
         self._sequence_length = _optional_positive(sequence_length, "sequence_length")
-        self._dataset_buffer_size = _optional_positive(dataset_buffer_size,
-                                                       "dataset_buffer_size")
+        self._dataset_buffer_size = _optional_positive(dataset_buffer_size, "dataset_buffer_size")
         self._max_cycle_length = positive_int("max_cycle_length", max_cycle_length)
-        self._num_workers_per_iterator = _int_or_auto(num_workers_per_iterator,
-                                                      "num_workers_per_iterator")
-        self._max_samples_per_stream = _int_or_auto(max_samples_per_stream,
-                                                    "max_samples_per_stream")
+        self._num_workers_per_iterator = _int_or_auto(
+            num_workers_per_iterator, "num_workers_per_iterator"
+        )
+        self._max_samples_per_stream = _int_or_auto(
+            max_samples_per_stream, "max_samples_per_stream"
+        )
         if not is_int(rate_limiter_timeout_ms) or rate_limiter_timeout_ms < -1:
-            raise ValueError(f"rate_limiter_timeout_ms ({rate_limiter_timeout_ms!r}) must be an "
-                             "integer >= -1 (-1 waits forever)")
+            raise ValueError(
+                f"rate_limiter_timeout_ms ({rate_limiter_timeout_ms!r}) must be an "
+                "integer >= -1 (-1 waits forever)"
+            )
         self._rate_limiter_timeout_ms = int(rate_limiter_timeout_ms)
         self._local_server = local_server
         if local_server is not None:
@@ -133,13 +146,15 @@ class ReplayBuffer:
         elif isinstance(server_address, str):
             self._py_client = Client(server_address)
         else:
-            raise ValueError(f"server_address ({server_address!r}) must be 'host:port' or an "
-                             "ostinato.Client")
+            raise ValueError(
+                f"server_address ({server_address!r}) must be 'host:port' or an ostinato.Client"
+            )
         self._tf_client: Any = None
         info = self.get_table_info()
         self._capacity = int(info.max_size)
-        self._deterministic_table = bool(info.sampler_options.is_deterministic
-                                         and info.remover_options.is_deterministic)
+        self._deterministic_table = bool(
+            info.sampler_options.is_deterministic and info.remover_options.is_deterministic
+        )
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -187,7 +202,8 @@ class ReplayBuffer:
         if self._table_name not in info:
             raise errors.TableNotFoundError(
                 f"table_name ({self._table_name!r}) is not a table of the server at "
-                f"{self._py_client.server_address}; it has {sorted(info)}")
+                f"{self._py_client.server_address}; it has {sorted(info)}"
+            )
         return info[self._table_name]
 
     def num_frames(self) -> int:
@@ -214,18 +230,22 @@ class ReplayBuffer:
         if k.ndim == 2 and p.ndim == 1 and k.shape[0] == p.shape[0]:
             k = k[:, 0]
         elif k.shape != p.shape:
-            raise ValueError(f"keys of shape {k.shape} and priorities of shape {p.shape} do not "
-                             "fit together (give [B] and [B], [B, T] and [B], or equal shapes)")
+            raise ValueError(
+                f"keys of shape {k.shape} and priorities of shape {p.shape} do not "
+                "fit together (give [B] and [B], [B, T] and [B], or equal shapes)"
+            )
         self._py_client.update_priorities(self._table_name, k.reshape(-1), p.reshape(-1))
 
     # -- what TF-Agents refuses ------------------------------------------------------------------
     def add_batch(self, items: Any) -> None:
         raise NotImplementedError(
             "ReplayBuffer does not support `add_batch` (nor does TF-Agents' ReverbReplayBuffer): "
-            "write with the observers in ostinato.observers")
+            "write with the observers in ostinato.observers"
+        )
 
-    def get_next(self, sample_batch_size: Any = None, num_steps: Any = None,
-                 time_stacked: bool = True) -> None:
+    def get_next(
+        self, sample_batch_size: Any = None, num_steps: Any = None, time_stacked: bool = True
+    ) -> None:
         raise NotImplementedError("ReplayBuffer does not support `get_next`: use as_dataset()")
 
     def gather_all(self) -> None:
@@ -239,16 +259,26 @@ class ReplayBuffer:
                 raise ValueError(
                     "Can not guarantee sequential data for num_steps as sequence length of the "
                     f"data is smaller. This is not supported. num_steps > sequence_length "
-                    f"({num_steps} vs. {length})")
+                    f"({num_steps} vs. {length})"
+                )
             if length % num_steps != 0:
                 raise ValueError(
                     "Can not guarantee sequential data since sequence_length is not a multiple "
-                    f"of num_steps ({num_steps} vs. {length})")
+                    f"of num_steps ({num_steps} vs. {length})"
+                )
 
-    def as_dataset(self, sample_batch_size: int | None = None, num_steps: int | None = None,
-                   num_parallel_calls: int | None = None, sequence_preprocess_fn: Any = None,
-                   single_deterministic_pass: bool = False, *, framework: str = "numpy",
-                   device: Any = None, seed: int | None = None) -> Any:
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        sequence_preprocess_fn: Any = None,
+        single_deterministic_pass: bool = False,
+        *,
+        framework: str = "numpy",
+        device: Any = None,
+        seed: int | None = None,
+    ) -> Any:
         """A dataset of ``(data, info)`` elements, as TF-Agents' buffer builds them.
 
         Each sampled item of ``T`` steps gives ``data`` shaped ``[T, ...]`` per leaf and
@@ -289,23 +319,27 @@ class ReplayBuffer:
         single_deterministic_pass = flag(single_deterministic_pass, "single_deterministic_pass")
         if sequence_preprocess_fn is not None and not callable(sequence_preprocess_fn):
             raise ValueError(
-                f"sequence_preprocess_fn ({sequence_preprocess_fn!r}) must be callable or None")
+                f"sequence_preprocess_fn ({sequence_preprocess_fn!r}) must be callable or None"
+            )
         if single_deterministic_pass:
             if not self._deterministic_table:
                 raise ValueError(
                     "Unable to perform a single deterministic pass over the dataset, since "
                     "either the sampler or the remover is not deterministic (FIFO or Heap). "
-                    f"Table info:\n{self.get_table_info()}")
+                    f"Table info:\n{self.get_table_info()}"
+                )
             self._verify_num_steps(num_steps)
         else:
             self._verify_num_steps(num_steps)
-            if num_parallel_calls and sample_batch_size and \
-                    num_parallel_calls > sample_batch_size:
-                raise ValueError("num_parallel_calls cannot be bigger than sample_batch_size "
-                                 f"{num_parallel_calls} > {sample_batch_size}")
+            if num_parallel_calls and sample_batch_size and num_parallel_calls > sample_batch_size:
+                raise ValueError(
+                    "num_parallel_calls cannot be bigger than sample_batch_size "
+                    f"{num_parallel_calls} > {sample_batch_size}"
+                )
         split = num_steps if num_steps and num_steps != self._sequence_length else None
-        plan = self._plan(sample_batch_size, split, sequence_preprocess_fn,
-                          single_deterministic_pass, seed)
+        plan = self._plan(
+            sample_batch_size, split, sequence_preprocess_fn, single_deterministic_pass, seed
+        )
         if framework == "numpy":
             return NumpyDataset(plan)
         if framework == "torch":
@@ -314,31 +348,55 @@ class ReplayBuffer:
             return JaxDataset(plan, device)
         from ostinato.observers._tf_elements import tf_dataset
 
-        per_interleave = (sample_batch_size or 1) // min(sample_batch_size or 1,
-                                                         self._max_cycle_length)
+        per_interleave = (sample_batch_size or 1) // min(
+            sample_batch_size or 1, self._max_cycle_length
+        )
         chunks = self._sequence_length // split if self._sequence_length and split else 100
-        return tf_dataset(plan, None if single_deterministic_pass else num_parallel_calls,
-                          max(1, chunks * per_interleave))
+        return tf_dataset(
+            plan,
+            None if single_deterministic_pass else num_parallel_calls,
+            max(1, chunks * per_interleave),
+        )
 
-    def _plan(self, batch: int | None, split: int | None, preprocess: Any, single_pass: bool,
-              seed: int | None) -> ElementPlan:
+    def _plan(
+        self,
+        batch: int | None,
+        split: int | None,
+        preprocess: Any,
+        single_pass: bool,
+        seed: int | None,
+    ) -> ElementPlan:
         if single_pass:
-            kwargs: dict[str, Any] = dict(max_in_flight_samples_per_worker=1,
-                                          num_workers_per_iterator=1)
+            kwargs: dict[str, Any] = dict(
+                max_in_flight_samples_per_worker=1, num_workers_per_iterator=1
+            )
         else:
             kwargs = dict(num_workers_per_iterator=self._num_workers_per_iterator)
-        kwargs.update(max_samples_per_stream=self._max_samples_per_stream,
-                      rate_limiter_timeout_ms=self._rate_limiter_timeout_ms)
-        plan = ElementPlan(client=self._py_client, table=self._table_name,
-                           sequence_length=self._sequence_length, sample_batch_size=batch,
-                           num_steps=split, preprocess=preprocess, data_spec=self._data_spec,
-                           sampler_kwargs=kwargs, shuffle=not single_pass, seed=seed)
+        kwargs.update(
+            max_samples_per_stream=self._max_samples_per_stream,
+            rate_limiter_timeout_ms=self._rate_limiter_timeout_ms,
+        )
+        plan = ElementPlan(
+            client=self._py_client,
+            table=self._table_name,
+            sequence_length=self._sequence_length,
+            sample_batch_size=batch,
+            num_steps=split,
+            preprocess=preprocess,
+            data_spec=self._data_spec,
+            sampler_kwargs=kwargs,
+            shuffle=not single_pass,
+            seed=seed,
+        )
         if not single_pass:
             k = plan.source_batch
-            kwargs["max_in_flight_samples_per_worker"] = self._dataset_buffer_size or \
-                (2 * k if k else 100)
+            kwargs["max_in_flight_samples_per_worker"] = self._dataset_buffer_size or (
+                2 * k if k else 100
+            )
         return plan
 
     def __repr__(self) -> str:
-        return (f"ReplayBuffer(table_name={self._table_name!r}, sequence_length="
-                f"{self._sequence_length}, capacity={self._capacity})")
+        return (
+            f"ReplayBuffer(table_name={self._table_name!r}, sequence_length="
+            f"{self._sequence_length}, capacity={self._capacity})"
+        )

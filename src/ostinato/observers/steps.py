@@ -66,7 +66,8 @@ def _scalar(value: Any, what: str) -> Any:
     if a.size != 1:
         raise ValueError(
             f"{what} has shape {a.shape}, but an observer takes one unbatched step at a time; "
-            "use a Batched*Observer (ostinato.observers) for batched or vectorised environments")
+            "use a Batched*Observer (ostinato.observers) for batched or vectorised environments"
+        )
     return a.reshape(()).item()
 
 
@@ -84,26 +85,30 @@ def is_boundary(step: Any) -> bool:
         if "step_type" not in step:
             raise ValueError(
                 "a step dict needs a 'step_type' entry (TF-Agents StepType: 0 FIRST, 1 MID, "
-                f"2 LAST) to mark episode boundaries; got keys {sorted(map(str, step))}")
+                f"2 LAST) to mark episode boundaries; got keys {sorted(map(str, step))}"
+            )
         return _scalar(step["step_type"], "step_type") == StepType.LAST
     raise TypeError(
         "a step must be a TF-Agents Trajectory (anything with is_boundary()) or a mapping "
         f"with a 'step_type' entry; got {type(step).__name__} (gymnasium transitions go "
-        "through on_reset()/on_step())")
+        "through on_reset()/on_step())"
+    )
 
 
 def check_step(step: Any) -> None:
     """Refuses what no observer can write: a bare list or tuple, a scalar, a batched step
     (one whose step type is not a scalar). A step dict needs no ``"step_type"`` here."""
     if callable(getattr(step, "is_boundary", None)) or (
-            isinstance(step, Mapping) and "step_type" in step):
+        isinstance(step, Mapping) and "step_type" in step
+    ):
         is_boundary(step)
         return
     if isinstance(step, Mapping):
         return
     raise TypeError(
         "a step must be a TF-Agents Trajectory (anything with is_boundary()) or a mapping; "
-        f"got {type(step).__name__} (gymnasium transitions go through on_reset()/on_step())")
+        f"got {type(step).__name__} (gymnasium transitions go through on_reset()/on_step())"
+    )
 
 
 def _zeros(x: Any) -> np.ndarray:
@@ -135,10 +140,13 @@ def padding_step(example: Any) -> Any:
     if fields is None:
         raise ValueError(
             f"pad_end_of_episodes needs steps that are mappings or namedtuples; got "
-            f"{type(example).__name__}")
-    changes = {key: _step_value(getattr(example, key), value)
-               for key, value in (("step_type", StepType.LAST),
-                                  ("next_step_type", StepType.FIRST)) if key in fields}
+            f"{type(example).__name__}"
+        )
+    changes = {
+        key: _step_value(getattr(example, key), value)
+        for key, value in (("step_type", StepType.LAST), ("next_step_type", StepType.FIRST))
+        if key in fields
+    }
     return zeros._replace(**changes)
 
 
@@ -182,8 +190,9 @@ class GymEpisode:
         self._first = True
         self._open = True
 
-    def step(self, obs: Any, action: Any, reward: Any, terminated: Any,
-             truncated: Any) -> list[dict[str, Any]]:
+    def step(
+        self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any
+    ) -> list[dict[str, Any]]:
         """The step dicts for one transition: one, or two when the episode ends.
 
         Raises:
@@ -193,28 +202,33 @@ class GymEpisode:
         if not self._open:
             raise ValueError(
                 "on_step() needs an open episode: call on_reset(obs, info) with what "
-                "env.reset() returned first (and again after an episode ends)")
+                "env.reset() returned first (and again after an episode ends)"
+            )
         terminated = bool(terminated)
         done = terminated or bool(truncated)
         action = np.asarray(action)
-        steps = [{
-            "step_type": _FIRST if self._first else _MID,
-            "observation": self._obs,
-            "action": action,
-            "next_step_type": _LAST if done else _MID,
-            "reward": np.float32(reward),
-            "discount": np.float32(0.0 if terminated else 1.0),
-        }]
+        steps = [
+            {
+                "step_type": _FIRST if self._first else _MID,
+                "observation": self._obs,
+                "action": action,
+                "next_step_type": _LAST if done else _MID,
+                "reward": np.float32(reward),
+                "discount": np.float32(0.0 if terminated else 1.0),
+            }
+        ]
         obs = _copy(obs)
         if done:
-            steps.append({
-                "step_type": _LAST,
-                "observation": obs,
-                "action": np.zeros_like(action),
-                "next_step_type": _FIRST,
-                "reward": np.float32(0.0),
-                "discount": np.float32(1.0),
-            })
+            steps.append(
+                {
+                    "step_type": _LAST,
+                    "observation": obs,
+                    "action": np.zeros_like(action),
+                    "next_step_type": _FIRST,
+                    "reward": np.float32(0.0),
+                    "discount": np.float32(1.0),
+                }
+            )
             self._obs = None
             self._open = False
         else:

@@ -58,18 +58,27 @@ class TrajectoryObserver(ObserverBase):
       ...         observer.on_reset(obs, info)
     """
 
-    def __init__(self, py_client: Any, table_name: Any, sequence_length: int,
-                 stride_length: int = 1, priority: float = 1,
-                 pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False, *,
-                 validate_items: bool = True):
+    def __init__(
+        self,
+        py_client: Any,
+        table_name: Any,
+        sequence_length: int,
+        stride_length: int = 1,
+        priority: float = 1,
+        pad_end_of_episodes: bool = False,
+        tile_end_of_episodes: bool = False,
+        *,
+        validate_items: bool = True,
+    ):
         super().__init__(py_client, table_name, priority, validate_items=validate_items)
         self._sequence_length = positive_int("sequence_length", sequence_length)
         self._stride_length = positive_int("stride_length", stride_length)
         self._pad_end_of_episodes = flag(pad_end_of_episodes, "pad_end_of_episodes")
         self._tile_end_of_episodes = flag(tile_end_of_episodes, "tile_end_of_episodes")
         if self._tile_end_of_episodes and not self._pad_end_of_episodes:
-            raise ValueError("Must set `pad_end_of_episodes=True` when using "
-                             "`tile_end_of_episodes`")
+            raise ValueError(
+                "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
+            )
         self._num_keep_alive_refs = self._sequence_length + 1
         self._cached_steps = 0
         self._last_trajectory: Any = None
@@ -143,8 +152,11 @@ class TrajectoryObserver(ObserverBase):
         if write_cached_steps and self._last_trajectory is not None:
             if self._pad_end_of_episodes:
                 pad = padding_step(self._last_trajectory)
-                n = (self._sequence_length - 1 if self._tile_end_of_episodes
-                     else self._sequence_length - self._cached_steps)
+                n = (
+                    self._sequence_length - 1
+                    if self._tile_end_of_episodes
+                    else self._sequence_length - self._cached_steps
+                )
                 writer = self._get_writer()
                 for _ in range(n):
                     writer.append(pad)
@@ -154,7 +166,8 @@ class TrajectoryObserver(ObserverBase):
                 raise ValueError(
                     "write_cached_steps is True, but not enough steps remain in the cache to "
                     f"write an item with sequence_length={self._sequence_length}, consider "
-                    "enabling pad_end_of_episodes.")
+                    "enabling pad_end_of_episodes."
+                )
         self._cached_steps = 0
         self._last_trajectory = None
         self._end_episode()

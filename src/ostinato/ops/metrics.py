@@ -28,99 +28,199 @@ from ostinato.core.client_stats import CLIENT
 TABLE_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("size", "ostinato_table_size", "gauge", "Items in the table."),
     ("max_size", "ostinato_table_max_size", "gauge", "The table's max_size."),
-    ("inserts", "ostinato_table_inserts", "counter",
-     "Items inserted (the rate limiter's count; Table.reset() sets it to 0)."),
+    (
+        "inserts",
+        "ostinato_table_inserts",
+        "counter",
+        "Items inserted (the rate limiter's count; Table.reset() sets it to 0).",
+    ),
     ("samples", "ostinato_table_samples", "counter", "Items sampled (each sample counts)."),
-    ("deletes", "ostinato_table_deletes", "counter",
-     "Items deleted (evicted, sampled max_times_sampled times, or deleted by clients)."),
-    ("unique_samples", "ostinato_table_unique_samples", "counter",
-     "Items sampled at least once."),
+    (
+        "deletes",
+        "ostinato_table_deletes",
+        "counter",
+        "Items deleted (evicted, sampled max_times_sampled times, or deleted by clients).",
+    ),
+    ("unique_samples", "ostinato_table_unique_samples", "counter", "Items sampled at least once."),
     ("episodes", "ostinato_table_episodes", "gauge", "Episodes with items in the table."),
-    ("deleted_episodes", "ostinato_table_deleted_episodes", "counter",
-     "Episodes whose last item left the table."),
-    ("sampled_per_item", "ostinato_table_sampled_per_item", "gauge",
-     "Samples per inserted item so far (samples / inserts)."),
-    ("samples_per_insert", "ostinato_rate_limiter_samples_per_insert", "gauge",
-     "The rate limiter's target samples per insert."),
-    ("min_size_to_sample", "ostinato_rate_limiter_min_size_to_sample", "gauge",
-     "Items the table needs before sampling starts."),
-    ("diff", "ostinato_rate_limiter_diff", "gauge",
-     "inserts * samples_per_insert - samples: inserts wait while it would exceed max_diff, "
-     "samples while it would fall below min_diff."),
+    (
+        "deleted_episodes",
+        "ostinato_table_deleted_episodes",
+        "counter",
+        "Episodes whose last item left the table.",
+    ),
+    (
+        "sampled_per_item",
+        "ostinato_table_sampled_per_item",
+        "gauge",
+        "Samples per inserted item so far (samples / inserts).",
+    ),
+    (
+        "samples_per_insert",
+        "ostinato_rate_limiter_samples_per_insert",
+        "gauge",
+        "The rate limiter's target samples per insert.",
+    ),
+    (
+        "min_size_to_sample",
+        "ostinato_rate_limiter_min_size_to_sample",
+        "gauge",
+        "Items the table needs before sampling starts.",
+    ),
+    (
+        "diff",
+        "ostinato_rate_limiter_diff",
+        "gauge",
+        "inserts * samples_per_insert - samples: inserts wait while it would exceed max_diff, "
+        "samples while it would fall below min_diff.",
+    ),
     ("min_diff", "ostinato_rate_limiter_min_diff", "gauge", "The rate limiter's min_diff."),
     ("max_diff", "ostinato_rate_limiter_max_diff", "gauge", "The rate limiter's max_diff."),
-    ("blocked_inserters", "ostinato_rate_limiter_blocked_inserters", "gauge",
-     "Calls waiting for the rate limiter to admit an insert now (writers throttled)."),
-    ("blocked_samplers", "ostinato_rate_limiter_blocked_samplers", "gauge",
-     "Calls waiting for the rate limiter to admit a sample now (learners throttled)."),
-    ("insert_blocked_seconds", "ostinato_rate_limiter_insert_blocked_seconds", "counter",
-     "Seconds calls have waited to insert, added up over calls (its rate is the mean number "
-     "of blocked inserters)."),
-    ("sample_blocked_seconds", "ostinato_rate_limiter_sample_blocked_seconds", "counter",
-     "Seconds calls have waited to sample, added up over calls."),
+    (
+        "blocked_inserters",
+        "ostinato_rate_limiter_blocked_inserters",
+        "gauge",
+        "Calls waiting for the rate limiter to admit an insert now (writers throttled).",
+    ),
+    (
+        "blocked_samplers",
+        "ostinato_rate_limiter_blocked_samplers",
+        "gauge",
+        "Calls waiting for the rate limiter to admit a sample now (learners throttled).",
+    ),
+    (
+        "insert_blocked_seconds",
+        "ostinato_rate_limiter_insert_blocked_seconds",
+        "counter",
+        "Seconds calls have waited to insert, added up over calls (its rate is the mean number "
+        "of blocked inserters).",
+    ),
+    (
+        "sample_blocked_seconds",
+        "ostinato_rate_limiter_sample_blocked_seconds",
+        "counter",
+        "Seconds calls have waited to sample, added up over calls.",
+    ),
 )
 
 #: (field of ``metrics()["server"]``, metric name, type, help); no labels.
 SERVER_METRICS: tuple[tuple[str, str, str, str], ...] = (
-    ("chunks", "ostinato_server_chunks", "gauge",
-     "Chunks stored (shared by all tables of the server)."),
-    ("chunk_bytes", "ostinato_server_chunk_bytes", "gauge",
-     "Bytes of row data held for all tables (uncompressed; a chunk that a writer in the "
-     "server's process is still filling counts its whole buffer)."),
-    ("writer_streams", "ostinato_server_writer_streams", "gauge",
-     "Insert streams (remote writers) open now."),
-    ("rings_mapped", "ostinato_server_shm_rings", "gauge",
-     "Writers' shared-memory rings mapped now."),
-    ("ring_streams", "ostinato_server_shm_ring_streams", "counter",
-     "Insert streams that mapped a shared-memory ring."),
-    ("ring_bytes", "ostinato_server_shm_ring_bytes", "counter",
-     "Row bytes read from shared-memory rings."),
-    ("start_time", "ostinato_server_start_time_seconds", "gauge",
-     "When the server started (Unix time)."),
+    (
+        "chunks",
+        "ostinato_server_chunks",
+        "gauge",
+        "Chunks stored (shared by all tables of the server).",
+    ),
+    (
+        "chunk_bytes",
+        "ostinato_server_chunk_bytes",
+        "gauge",
+        "Bytes of row data held for all tables (uncompressed; a chunk that a writer in the "
+        "server's process is still filling counts its whole buffer).",
+    ),
+    (
+        "writer_streams",
+        "ostinato_server_writer_streams",
+        "gauge",
+        "Insert streams (remote writers) open now.",
+    ),
+    (
+        "rings_mapped",
+        "ostinato_server_shm_rings",
+        "gauge",
+        "Writers' shared-memory rings mapped now.",
+    ),
+    (
+        "ring_streams",
+        "ostinato_server_shm_ring_streams",
+        "counter",
+        "Insert streams that mapped a shared-memory ring.",
+    ),
+    (
+        "ring_bytes",
+        "ostinato_server_shm_ring_bytes",
+        "counter",
+        "Row bytes read from shared-memory rings.",
+    ),
+    (
+        "start_time",
+        "ostinato_server_start_time_seconds",
+        "gauge",
+        "When the server started (Unix time).",
+    ),
     ("uptime_seconds", "ostinato_server_uptime_seconds", "gauge", "Seconds since it started."),
 )
 
 #: (field of ``metrics()["server"]["checkpoint"]``, metric name, help); gauges, left out
 #: while unknown (before the first checkpoint).
 CHECKPOINT_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("last_seconds", "ostinato_checkpoint_last_duration_seconds",
-     "Seconds the newest checkpoint took to write."),
+    (
+        "last_seconds",
+        "ostinato_checkpoint_last_duration_seconds",
+        "Seconds the newest checkpoint took to write.",
+    ),
     ("last_bytes", "ostinato_checkpoint_last_size_bytes", "Bytes of the newest checkpoint."),
-    ("last_time", "ostinato_checkpoint_last_timestamp_seconds",
-     "When the newest checkpoint was finished (Unix time)."),
+    (
+        "last_time",
+        "ostinato_checkpoint_last_timestamp_seconds",
+        "When the newest checkpoint was finished (Unix time).",
+    ),
     ("age_seconds", "ostinato_checkpoint_age_seconds", "Seconds since the newest checkpoint."),
-    ("restore_seconds", "ostinato_checkpoint_restore_duration_seconds",
-     "Seconds the checkpoint loaded at start took."),
+    (
+        "restore_seconds",
+        "ostinato_checkpoint_restore_duration_seconds",
+        "Seconds the checkpoint loaded at start took.",
+    ),
 )
 
 #: Every metric: name -> (type, labels, help), for the docs and the tests.
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     **{n: (k, ("table",), h) for _, n, k, h in TABLE_METRICS},
-    "ostinato_table_info": ("info", ("table", "sampler", "remover"),
-                            "The table's sampler and remover (value 1)."),
+    "ostinato_table_info": (
+        "info",
+        ("table", "sampler", "remover"),
+        "The table's sampler and remover (value 1).",
+    ),
     **{n: (k, (), h) for _, n, k, h in SERVER_METRICS},
-    "ostinato_server_requests": ("counter", ("method", "status"),
-                                 "Requests served, by method and gRPC status (Insert: one per "
-                                 "request message of a stream)."),
+    "ostinato_server_requests": (
+        "counter",
+        ("method", "status"),
+        "Requests served, by method and gRPC status (Insert: one per request message of a stream).",
+    ),
     "ostinato_server_received_bytes": ("counter", ("method",), "Request bytes received."),
     "ostinato_server_sent_bytes": ("counter", ("method",), "Reply bytes sent."),
-    "ostinato_checkpoints": ("counter", ("result",),
-                             "Checkpoints written (result ok) or failed (result error)."),
+    "ostinato_checkpoints": (
+        "counter",
+        ("result",),
+        "Checkpoints written (result ok) or failed (result error).",
+    ),
     **{n: ("gauge", (), h) for _, n, h in CHECKPOINT_METRICS},
-    "ostinato_writer_streams": ("gauge", ("address",),
-                                "Writer streams of this process, per server address."),
-    "ostinato_writer_items_pending": ("gauge", ("address",),
-                                      "Items this process's writers created that the server "
-                                      "has not confirmed yet."),
-    "ostinato_writer_requests_confirmed": ("counter", ("address",),
-                                           "Insert requests (or, in process, rate-limited "
-                                           "batches) confirmed."),
-    "ostinato_writer_items_confirmed": ("counter", ("address",),
-                                        "Items in those requests or batches."),
+    "ostinato_writer_streams": (
+        "gauge",
+        ("address",),
+        "Writer streams of this process, per server address.",
+    ),
+    "ostinato_writer_items_pending": (
+        "gauge",
+        ("address",),
+        "Items this process's writers created that the server has not confirmed yet.",
+    ),
+    "ostinato_writer_requests_confirmed": (
+        "counter",
+        ("address",),
+        "Insert requests (or, in process, rate-limited batches) confirmed.",
+    ),
+    "ostinato_writer_items_confirmed": (
+        "counter",
+        ("address",),
+        "Items in those requests or batches.",
+    ),
     "ostinato_writer_confirmation_latency_seconds": (
-        "histogram", ("address",),
+        "histogram",
+        ("address",),
         "Seconds from an insert request being sent to the server confirming all its items "
-        "(in process: from items being held back by the rate limiter to their insertion)."),
+        "(in process: from items being held back by the rate limiter to their insertion).",
+    ),
 }
 
 _EXTRA = "pip install 'ostinato[metrics]'"
@@ -180,11 +280,13 @@ def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
             if v is not None:
                 fam.add_metric([tname], v)
         yield fam
-    info = pc.metrics_core.InfoMetricFamily("ostinato_table", METRICS["ostinato_table_info"][2],
-                                            labels=["table"])
+    info = pc.metrics_core.InfoMetricFamily(
+        "ostinato_table", METRICS["ostinato_table_info"][2], labels=["table"]
+    )
     for tname, t in tables.items():
-        info.add_metric([tname], {"sampler": str(t.get("sampler")),
-                                  "remover": str(t.get("remover"))})
+        info.add_metric(
+            [tname], {"sampler": str(t.get("sampler")), "remover": str(t.get("remover"))}
+        )
     yield info
     server = values.get("server") or {}
     for field, name, kind, doc in SERVER_METRICS:
@@ -194,14 +296,18 @@ def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
             fam.add_metric([], v)
             yield fam
     req = pc.metrics_core.CounterMetricFamily(
-        "ostinato_server_requests", METRICS["ostinato_server_requests"][2],
-        labels=["method", "status"])
+        "ostinato_server_requests",
+        METRICS["ostinato_server_requests"][2],
+        labels=["method", "status"],
+    )
     for method, by_status in sorted((server.get("requests") or {}).items()):
         for status, n in sorted(by_status.items()):
             req.add_metric([method, status], float(n))
     yield req
-    for field, name in (("received_bytes", "ostinato_server_received_bytes"),
-                        ("sent_bytes", "ostinato_server_sent_bytes")):
+    for field, name in (
+        ("received_bytes", "ostinato_server_received_bytes"),
+        ("sent_bytes", "ostinato_server_sent_bytes"),
+    ):
         fam = pc.metrics_core.CounterMetricFamily(name, METRICS[name][2], labels=["method"])
         for method, n in sorted((server.get(field) or {}).items()):
             fam.add_metric([method], float(n))
@@ -209,7 +315,8 @@ def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
     ck = server.get("checkpoint") or {}
     if ck:
         fam = pc.metrics_core.CounterMetricFamily(
-            "ostinato_checkpoints", METRICS["ostinato_checkpoints"][2], labels=["result"])
+            "ostinato_checkpoints", METRICS["ostinato_checkpoints"][2], labels=["result"]
+        )
         fam.add_metric(["ok"], float(ck.get("saves") or 0))
         fam.add_metric(["error"], float(ck.get("failures") or 0))
         yield fam
@@ -224,17 +331,24 @@ def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
 def client_families(pc: Any, values: dict[str, dict[str, Any]]) -> Iterator[Any]:
     """Metric families of :func:`client_metrics`."""
     m = pc.metrics_core
-    streams = m.GaugeMetricFamily("ostinato_writer_streams",
-                                  METRICS["ostinato_writer_streams"][2], labels=["address"])
-    pending = m.GaugeMetricFamily("ostinato_writer_items_pending",
-                                  METRICS["ostinato_writer_items_pending"][2],
-                                  labels=["address"])
-    reqs = m.CounterMetricFamily("ostinato_writer_requests_confirmed",
-                                 METRICS["ostinato_writer_requests_confirmed"][2],
-                                 labels=["address"])
-    items = m.CounterMetricFamily("ostinato_writer_items_confirmed",
-                                  METRICS["ostinato_writer_items_confirmed"][2],
-                                  labels=["address"])
+    streams = m.GaugeMetricFamily(
+        "ostinato_writer_streams", METRICS["ostinato_writer_streams"][2], labels=["address"]
+    )
+    pending = m.GaugeMetricFamily(
+        "ostinato_writer_items_pending",
+        METRICS["ostinato_writer_items_pending"][2],
+        labels=["address"],
+    )
+    reqs = m.CounterMetricFamily(
+        "ostinato_writer_requests_confirmed",
+        METRICS["ostinato_writer_requests_confirmed"][2],
+        labels=["address"],
+    )
+    items = m.CounterMetricFamily(
+        "ostinato_writer_items_confirmed",
+        METRICS["ostinato_writer_items_confirmed"][2],
+        labels=["address"],
+    )
     name = "ostinato_writer_confirmation_latency_seconds"
     hist = m.HistogramMetricFamily(name, METRICS[name][2], labels=["address"])
     for address, v in sorted(values.items()):
@@ -320,8 +434,9 @@ class Endpoint:
             self._thread.join(timeout=5)
 
 
-def serve(port: int, *, server: Any = None, host: str = "0.0.0.0",
-          process: bool = True) -> Endpoint:
+def serve(
+    port: int, *, server: Any = None, host: str = "0.0.0.0", process: bool = True
+) -> Endpoint:
     """Serves Prometheus metrics over HTTP on ``host:port`` from a background thread.
 
     For a process with writers and no server (an actor), ``serve(9100)`` exports its writers'

@@ -33,9 +33,11 @@ def _positive_float(text: str) -> float:
 
 
 #: ``--help``'s description: the module docstring's first line, without reST markup.
-DESCRIPTION = ("Look at running servers: a live view of every table (top), or the same values "
-               "once (info; --json for scripts). Several comma-separated addresses are read as "
-               "the shards of one sharded set.")
+DESCRIPTION = (
+    "Look at running servers: a live view of every table (top), or the same values "
+    "once (info; --json for scripts). Several comma-separated addresses are read as "
+    "the shards of one sharded set."
+)
 
 
 def _error(args: argparse.Namespace, message: str) -> str:
@@ -47,19 +49,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ostinato", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, metavar="{top,info}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("address", help="host:port of a server; several (comma-separated) "
-                        "for a sharded set")
-    common.add_argument("--token", default=os.environ.get("OSTINATO_TOKEN") or None,
-                        help="the servers' shared secret (default $OSTINATO_TOKEN)")
-    common.add_argument("--tls-ca", metavar="PEM",
-                        help="root certificates (PEM file): connect over TLS")
-    common.add_argument("--tls-server-name",
-                        help="name to check in the server's certificate, if not the host's")
-    common.add_argument("--timeout", type=_positive_float, default=5.0,
-                        help="seconds to wait for each server (default 5)")
+    common.add_argument(
+        "address", help="host:port of a server; several (comma-separated) for a sharded set"
+    )
+    common.add_argument(
+        "--token",
+        default=os.environ.get("OSTINATO_TOKEN") or None,
+        help="the servers' shared secret (default $OSTINATO_TOKEN)",
+    )
+    common.add_argument(
+        "--tls-ca", metavar="PEM", help="root certificates (PEM file): connect over TLS"
+    )
+    common.add_argument(
+        "--tls-server-name", help="name to check in the server's certificate, if not the host's"
+    )
+    common.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        help="seconds to wait for each server (default 5)",
+    )
     top = sub.add_parser("top", parents=[common], help="live view of the tables (q quits)")
-    top.add_argument("--interval", type=_positive_float, default=1.0,
-                     help="seconds between refreshes (default 1)")
+    top.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        help="seconds between refreshes (default 1)",
+    )
     info = sub.add_parser("info", parents=[common], help="the values once")
     info.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     return p
@@ -70,13 +86,17 @@ def _client(args: argparse.Namespace) -> Any:
 
     root = None
     if args.tls_ca:
-        root = read_pem(args.tls_ca, "--tls-ca",
-                        lambda message: SystemExit(_error(args, message)))
+        root = read_pem(args.tls_ca, "--tls-ca", lambda message: SystemExit(_error(args, message)))
     # Always over the network (this is another process than the server), with short retries:
     # a refresh must not hang on a server that went away.
-    return Client(args.address, token=args.token, root_certificates=root,
-                  tls_server_name=args.tls_server_name, in_process=False,
-                  unavailable_timeout=min(args.timeout, 2.0))
+    return Client(
+        args.address,
+        token=args.token,
+        root_certificates=root,
+        tls_server_name=args.tls_server_name,
+        in_process=False,
+        unavailable_timeout=min(args.timeout, 2.0),
+    )
 
 
 def json_safe(v: Any) -> Any:

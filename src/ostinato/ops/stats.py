@@ -39,12 +39,29 @@ from ostinato import errors
 from ostinato.core.deadline import Deadline
 
 #: Table fields added up over shards; the others are taken from the first shard.
-SUMMED_TABLE_FIELDS = ("size", "max_size", "inserts", "samples", "deletes", "unique_samples",
-                       "episodes", "deleted_episodes", "blocked_inserters", "blocked_samplers",
-                       "insert_blocked_seconds", "sample_blocked_seconds")
+SUMMED_TABLE_FIELDS = (
+    "size",
+    "max_size",
+    "inserts",
+    "samples",
+    "deletes",
+    "unique_samples",
+    "episodes",
+    "deleted_episodes",
+    "blocked_inserters",
+    "blocked_samplers",
+    "insert_blocked_seconds",
+    "sample_blocked_seconds",
+)
 #: Server fields added up over shards.
-SUMMED_SERVER_FIELDS = ("chunks", "chunk_bytes", "writer_streams", "rings_mapped",
-                        "ring_streams", "ring_bytes")
+SUMMED_SERVER_FIELDS = (
+    "chunks",
+    "chunk_bytes",
+    "writer_streams",
+    "rings_mapped",
+    "ring_streams",
+    "ring_bytes",
+)
 #: Per-shard limiter state: merged over shards it means nothing, so it is None there.
 PER_SHARD_TABLE_FIELDS = ("min_diff", "max_diff", "diff")
 
@@ -66,16 +83,22 @@ def table_values(info: Any, waits: Any = None) -> dict[str, Any]:
     samples = int(rl.sample_stats.completed)
     spi = float(rl.samples_per_insert)
     return {
-        "size": int(info.current_size), "max_size": int(info.max_size),
+        "size": int(info.current_size),
+        "max_size": int(info.max_size),
         "max_times_sampled": int(info.max_times_sampled),
         "sampler": _selector_name(info.sampler_options),
         "remover": _selector_name(info.remover_options),
-        "inserts": inserts, "samples": samples, "deletes": int(rl.delete_count),
-        "unique_samples": int(info.num_unique_samples), "episodes": int(info.num_episodes),
+        "inserts": inserts,
+        "samples": samples,
+        "deletes": int(rl.delete_count),
+        "unique_samples": int(info.num_unique_samples),
+        "episodes": int(info.num_episodes),
         "deleted_episodes": int(info.num_deleted_episodes),
         "sampled_per_item": samples / inserts if inserts else 0.0,
-        "samples_per_insert": spi, "min_size_to_sample": int(rl.min_size_to_sample),
-        "min_diff": float(rl.min_diff), "max_diff": float(rl.max_diff),
+        "samples_per_insert": spi,
+        "min_size_to_sample": int(rl.min_size_to_sample),
+        "min_diff": float(rl.min_diff),
+        "max_diff": float(rl.max_diff),
         "diff": inserts * spi - samples,
         "blocked_inserters": None if waits is None else waits.blocked_inserters,
         "blocked_samplers": None if waits is None else waits.blocked_samplers,
@@ -85,11 +108,17 @@ def table_values(info: Any, waits: Any = None) -> dict[str, Any]:
 
 
 def _checkpoint_values(stats: Any, now: float) -> dict[str, Any]:
-    return {"saves": stats.saves, "failures": stats.failures, "last_path": stats.last_path,
-            "last_time": stats.last_time, "last_seconds": stats.last_seconds,
-            "last_bytes": stats.last_bytes,
-            "age_seconds": None if stats.last_time is None else max(0.0, now - stats.last_time),
-            "restore_path": stats.restore_path, "restore_seconds": stats.restore_seconds}
+    return {
+        "saves": stats.saves,
+        "failures": stats.failures,
+        "last_path": stats.last_path,
+        "last_time": stats.last_time,
+        "last_seconds": stats.last_seconds,
+        "last_bytes": stats.last_bytes,
+        "age_seconds": None if stats.last_time is None else max(0.0, now - stats.last_time),
+        "restore_path": stats.restore_path,
+        "restore_seconds": stats.restore_seconds,
+    }
 
 
 def server_metrics(server: Any) -> dict[str, Any]:
@@ -98,31 +127,48 @@ def server_metrics(server: Any) -> dict[str, Any]:
     from ostinato import __version__
 
     now = time.time()
-    tables = {name: table_values(t.info, t.wait_stats())
-              for name, t in server.tables_by_name.items()}
+    tables = {
+        name: table_values(t.info, t.wait_stats()) for name, t in server.tables_by_name.items()
+    }
     chunks, nbytes = server.chunk_store.stats()
     service = server.service
     streams = service.streams
     with streams.lock:
-        stream_values = {"writer_streams": streams.active_streams,
-                         "rings_mapped": streams.rings_mapped,
-                         "ring_streams": streams.ring_streams, "ring_bytes": streams.ring_bytes}
+        stream_values = {
+            "writer_streams": streams.active_streams,
+            "rings_mapped": streams.rings_mapped,
+            "ring_streams": streams.ring_streams,
+            "ring_bytes": streams.ring_bytes,
+        }
     values: dict[str, Any] = {
-        "port": server.port, "start_time": server.start_time,
+        "port": server.port,
+        "start_time": server.start_time,
         "uptime_seconds": max(0.0, now - server.start_time),
-        "chunks": chunks, "chunk_bytes": nbytes, **stream_values,
+        "chunks": chunks,
+        "chunk_bytes": nbytes,
+        **stream_values,
         **service.requests.snapshot(),
         "checkpoint": _checkpoint_values(server.checkpoint_stats, now),
     }
-    return {"time": now, "version": __version__, "source": "stats", "server": values,
-            "tables": tables}
+    return {
+        "time": now,
+        "version": __version__,
+        "source": "stats",
+        "server": values,
+        "tables": tables,
+    }
 
 
 def from_server_info(infos: dict[str, Any]) -> dict[str, Any]:
     """What ``server_info`` tells (a server without ``Stats``), in :func:`server_metrics`'s
     shape: no waits, no server counters."""
-    return {"time": time.time(), "version": None, "source": "server_info", "server": {},
-            "tables": {name: table_values(i) for name, i in infos.items()}}
+    return {
+        "time": time.time(),
+        "version": None,
+        "source": "server_info",
+        "server": {},
+        "tables": {name: table_values(i) for name, i in infos.items()},
+    }
 
 
 # -- several servers ---------------------------------------------------------------------------
@@ -154,8 +200,13 @@ def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
     is the youngest server's. Shards with an ``"error"`` are left out.
     """
     ok = [s for s in shards if "error" not in s]
-    out: dict[str, Any] = {"time": time.time(), "shards": shards,
-                           "source": _source(ok), "server": {}, "tables": {}}
+    out: dict[str, Any] = {
+        "time": time.time(),
+        "shards": shards,
+        "source": _source(ok),
+        "server": {},
+        "tables": {},
+    }
     if not ok:
         return out
     out["version"] = ok[0].get("version")
@@ -173,16 +224,18 @@ def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
     out["tables"] = tables
     servers = [s["server"] for s in ok if s.get("server")]
     if servers:
-        merged: dict[str, Any] = {f: _add(s.get(f) for s in servers)
-                                  for f in SUMMED_SERVER_FIELDS}
+        merged: dict[str, Any] = {f: _add(s.get(f) for s in servers) for f in SUMMED_SERVER_FIELDS}
         for f in ("requests", "received_bytes", "sent_bytes"):
             merged[f] = _merge_nested(servers, f)
         ups = [s["uptime_seconds"] for s in servers if s.get("uptime_seconds") is not None]
         merged["uptime_seconds"] = min(ups) if ups else None
         cks = [s.get("checkpoint") or {} for s in servers]
         stalest = min(cks, key=lambda c: -1.0 if c.get("last_time") is None else c["last_time"])
-        merged["checkpoint"] = {**stalest, "saves": _add(c.get("saves") for c in cks),
-                                "failures": _add(c.get("failures") for c in cks)}
+        merged["checkpoint"] = {
+            **stalest,
+            "saves": _add(c.get("saves") for c in cks),
+            "failures": _add(c.get("failures") for c in cks),
+        }
         out["server"] = merged
     return out
 

@@ -160,25 +160,39 @@ class TopModel:
         shards = [s for s in cur.get("shards") or [] if "error" not in s]
         for name, t in cur.get("tables", {}).items():
             parts.append(Text(""))
-            parts.append(Text.assemble((name, "bold"), (
-                f"  {t.get('sampler')} sampler, {t.get('remover')} remover"
-                + (f", {len(shards)} shards" if len(shards) > 1 else ""), "grey62")))
+            parts.append(
+                Text.assemble(
+                    (name, "bold"),
+                    (
+                        f"  {t.get('sampler')} sampler, {t.get('remover')} remover"
+                        + (f", {len(shards)} shards" if len(shards) > 1 else ""),
+                        "grey62",
+                    ),
+                )
+            )
             grid = Table.grid(padding=(0, 2))
             grid.add_column(style="grey70", no_wrap=True)
             grid.add_column()
             ratio = t["samples"] / t["inserts"] if t.get("inserts") else 0.0
             grid.add_row("  items", f"{fmt_count(t.get('size'))} / {fmt_count(t.get('max_size'))}")
-            grid.add_row("  inserted, sampled",
-                         f"{fmt_count(t.get('inserts'))}, {fmt_count(t.get('samples'))} "
-                         f"({ratio:.2f} per insert; target {t.get('samples_per_insert'):g})")
+            grid.add_row(
+                "  inserted, sampled",
+                f"{fmt_count(t.get('inserts'))}, {fmt_count(t.get('samples'))} "
+                f"({ratio:.2f} per insert; target {t.get('samples_per_insert'):g})",
+            )
             if t.get("diff") is not None:
-                grid.add_row("  limiter diff", f"{fmt_count(t['diff'])} in "
-                             f"[{fmt_count(t.get('min_diff'))}, {fmt_count(t.get('max_diff'))}]")
+                grid.add_row(
+                    "  limiter diff",
+                    f"{fmt_count(t['diff'])} in "
+                    f"[{fmt_count(t.get('min_diff'))}, {fmt_count(t.get('max_diff'))}]",
+                )
             if t.get("blocked_inserters") is not None:
-                grid.add_row("  blocked now",
-                             f"{t['blocked_inserters']} inserting, {t['blocked_samplers']} "
-                             f"sampling (waited {fmt_seconds(t['insert_blocked_seconds'])}, "
-                             f"{fmt_seconds(t['sample_blocked_seconds'])} in all)")
+                grid.add_row(
+                    "  blocked now",
+                    f"{t['blocked_inserters']} inserting, {t['blocked_samplers']} "
+                    f"sampling (waited {fmt_seconds(t['insert_blocked_seconds'])}, "
+                    f"{fmt_seconds(t['sample_blocked_seconds'])} in all)",
+                )
             parts.append(grid)
         if self.error:
             parts.append(Text(f"cannot read {self.address}: {self.error}", style="bold red"))
@@ -207,8 +221,10 @@ class TopModel:
             t.append(f"  ·  v{cur['version']}")
         if len(shards) > 1:
             ok = sum("error" not in s for s in shards)
-            t.append(f"  ·  {ok}/{len(shards)} shards answering",
-                     style="green" if ok == len(shards) else "bold red")
+            t.append(
+                f"  ·  {ok}/{len(shards)} shards answering",
+                style="green" if ok == len(shards) else "bold red",
+            )
         up = (cur.get("server") or {}).get("uptime_seconds")
         if up is not None:
             t.append(f"  ·  up {fmt_seconds(up)}")
@@ -221,8 +237,11 @@ class TopModel:
             if "error" in s:
                 yield Text(f"shard {s['address']}: {s['error']}", style="bold red")
         if cur.get("source") in ("server_info", "mixed"):
-            yield Text("server(s) without the Stats call (an older Ostinato): blocked calls, "
-                       "bytes, requests and checkpoints are not shown", style="yellow")
+            yield Text(
+                "server(s) without the Stats call (an older Ostinato): blocked calls, "
+                "bytes, requests and checkpoints are not shown",
+                style="yellow",
+            )
         if not server:
             return
         prev = (self.previous or {}).get("server") or {}
@@ -231,44 +250,62 @@ class TopModel:
         rx_n = sum((server.get("received_bytes") or {}).values())
         tx_n = sum((server.get("sent_bytes") or {}).values())
         yield Text.assemble(
-            ("stored ", "grey70"), (fmt_bytes(server.get("chunk_bytes")), "bold"),
+            ("stored ", "grey70"),
+            (fmt_bytes(server.get("chunk_bytes")), "bold"),
             (f" in {fmt_count(server.get('chunks'))} chunks", "grey70"),
-            ("  ·  writer streams ", "grey70"), (fmt_count(server.get("writer_streams")), "bold"),
-            ("  ·  shm rings ", "grey70"), (fmt_count(server.get("rings_mapped")), "bold"))
+            ("  ·  writer streams ", "grey70"),
+            (fmt_count(server.get("writer_streams")), "bold"),
+            ("  ·  shm rings ", "grey70"),
+            (fmt_count(server.get("rings_mapped")), "bold"),
+        )
         if totals:
             yield Text.assemble(
-                ("requests ", "grey70"), (fmt_count(req_n), "bold"),
-                ("  ·  received ", "grey70"), (fmt_bytes(rx_n), "bold"),
-                ("  ·  sent ", "grey70"), (fmt_bytes(tx_n), "bold"))
+                ("requests ", "grey70"),
+                (fmt_count(req_n), "bold"),
+                ("  ·  received ", "grey70"),
+                (fmt_bytes(rx_n), "bold"),
+                ("  ·  sent ", "grey70"),
+                (fmt_bytes(tx_n), "bold"),
+            )
         else:
             req = _rate(req_n, _requests_total(prev) if prev else None, dt)
-            rx = _rate(rx_n, sum((prev.get("received_bytes") or {}).values()) if prev else None,
-                       dt)
+            rx = _rate(rx_n, sum((prev.get("received_bytes") or {}).values()) if prev else None, dt)
             tx = _rate(tx_n, sum((prev.get("sent_bytes") or {}).values()) if prev else None, dt)
             yield Text.assemble(
-                ("requests/s ", "grey70"), (fmt_rate(req), "bold"),
+                ("requests/s ", "grey70"),
+                (fmt_rate(req), "bold"),
                 ("  ·  received ", "grey70"),
                 (fmt_bytes(rx) + "/s" if rx is not None else "-", "bold"),
                 ("  ·  sent ", "grey70"),
-                (fmt_bytes(tx) + "/s" if tx is not None else "-", "bold"))
+                (fmt_bytes(tx) + "/s" if tx is not None else "-", "bold"),
+            )
         ck = server.get("checkpoint") or {}
         if ck.get("last_time") is None:
-            yield Text.assemble(("checkpoint ", "grey70"), ("none written yet", "yellow"),
-                                (f"  ·  failed {ck.get('failures') or 0}", "grey70"))
+            yield Text.assemble(
+                ("checkpoint ", "grey70"),
+                ("none written yet", "yellow"),
+                (f"  ·  failed {ck.get('failures') or 0}", "grey70"),
+            )
         else:
             age = ck.get("age_seconds")
             yield Text.assemble(
-                ("checkpoint ", "grey70"), (f"{fmt_seconds(age)} ago", "bold"),
-                (f" (took {fmt_seconds(ck.get('last_seconds'))}, "
-                 f"{fmt_bytes(ck.get('last_bytes'))})  ·  saved {ck.get('saves')}", "grey70"),
+                ("checkpoint ", "grey70"),
+                (f"{fmt_seconds(age)} ago", "bold"),
+                (
+                    f" (took {fmt_seconds(ck.get('last_seconds'))}, "
+                    f"{fmt_bytes(ck.get('last_bytes'))})  ·  saved {ck.get('saves')}",
+                    "grey70",
+                ),
                 ("  ·  failed ", "grey70"),
-                (str(ck.get("failures") or 0), "bold red" if ck.get("failures") else "grey70"))
+                (str(ck.get("failures") or 0), "bold red" if ck.get("failures") else "grey70"),
+            )
 
     def _tables(self, cur: dict[str, Any], bars: bool = True) -> Table:
         grid = Table(box=box.SIMPLE_HEAD, expand=False, pad_edge=False, header_style="bold")
         shards = cur.get("shards") or []
         names = list(cur.get("tables", {})) + (
-            [f" └ {s.get('address')}" for s in shards] if len(shards) > 1 else [])
+            [f" └ {s.get('address')}" for s in shards] if len(shards) > 1 else []
+        )
         # Names are never cut; on a narrow terminal the numbers wrap instead.
         grid.add_column("table", no_wrap=True, min_width=max(map(len, names), default=5))
         if bars:
@@ -295,8 +332,9 @@ class TopModel:
                     grid.add_row(*self._row(f" └ {s.get('address')}", st, ps, dim=True))
         return grid
 
-    def _row(self, name: str, t: dict[str, Any], prev: dict[str, Any] | None,
-             dim: bool = False) -> list[RenderableType]:
+    def _row(
+        self, name: str, t: dict[str, Any], prev: dict[str, Any] | None, dim: bool = False
+    ) -> list[RenderableType]:
         dt = self.dt
         p = prev or {}
         ins = _rate(t.get("inserts"), p.get("inserts"), dt)
@@ -309,9 +347,10 @@ class TopModel:
         if ins and smp is not None:
             r = smp / ins
             ok = target is not None and abs(r - target) <= 0.2 * target
-            ratio = Text.assemble((f"{r:.2f}", "green" if ok else "default" if target is None
-                                   else "yellow"),
-                                  (f" ({target:g})" if target is not None else "", "grey62"))
+            ratio = Text.assemble(
+                (f"{r:.2f}", "green" if ok else "default" if target is None else "yellow"),
+                (f" ({target:g})" if target is not None else "", "grey62"),
+            )
         else:
             ratio = Text(f"- ({target:g})" if target is not None else "-", style="grey62")
         diff = t.get("diff")
@@ -319,19 +358,33 @@ class TopModel:
             limiter = Text("-", style="grey62")
         else:
             spi = t.get("samples_per_insert") or 1.0
-            at_edge = (hi is not None and diff >= hi - max(1.0, spi)) or \
-                      (lo is not None and diff <= lo + 1.0)
-            limiter = Text.assemble((fmt_short(diff), "yellow" if at_edge else "default"),
-                                    (f" [{fmt_short(lo)}, {fmt_short(hi)}]", "grey62"))
+            at_edge = (hi is not None and diff >= hi - max(1.0, spi)) or (
+                lo is not None and diff <= lo + 1.0
+            )
+            limiter = Text.assemble(
+                (fmt_short(diff), "yellow" if at_edge else "default"),
+                (f" [{fmt_short(lo)}, {fmt_short(hi)}]", "grey62"),
+            )
         cells: list[RenderableType] = [
             Text(name, style="grey62" if dim else "bold"),
             size_bar(int(t.get("size") or 0), int(t.get("max_size") or 0)),
             Text(f"{fmt_count(t.get('size'))} / {fmt_short(t.get('max_size'))}"),
-            Text(fmt_rate(ins)), Text(fmt_rate(smp)), ratio, limiter,
-            self._blocked(t.get("blocked_inserters"), t.get("insert_blocked_seconds"),
-                          p.get("insert_blocked_seconds"), "red"),
-            self._blocked(t.get("blocked_samplers"), t.get("sample_blocked_seconds"),
-                          p.get("sample_blocked_seconds"), "yellow"),
+            Text(fmt_rate(ins)),
+            Text(fmt_rate(smp)),
+            ratio,
+            limiter,
+            self._blocked(
+                t.get("blocked_inserters"),
+                t.get("insert_blocked_seconds"),
+                p.get("insert_blocked_seconds"),
+                "red",
+            ),
+            self._blocked(
+                t.get("blocked_samplers"),
+                t.get("sample_blocked_seconds"),
+                p.get("sample_blocked_seconds"),
+                "yellow",
+            ),
         ]
         if dim:
             for c in cells[2:]:
@@ -341,8 +394,9 @@ class TopModel:
             del cells[1]
         return cells
 
-    def _blocked(self, now: int | None, secs: float | None, prev_secs: float | None,
-                 color: str) -> Text:
+    def _blocked(
+        self, now: int | None, secs: float | None, prev_secs: float | None, color: str
+    ) -> Text:
         if now is None:
             return Text("n/a", style="grey50")
         avg = _rate(secs, prev_secs, self.dt)
@@ -413,9 +467,15 @@ def _quit_pressed(fd: int | None, timeout: float) -> bool:
     return b"q" in data or b"Q" in data or not data
 
 
-def run(client: Any, address: str, interval: float = 1.0, timeout: float = 5.0,
-        console: Console | None = None, stdin: Any = None,
-        max_frames: int | None = None) -> int:
+def run(
+    client: Any,
+    address: str,
+    interval: float = 1.0,
+    timeout: float = 5.0,
+    console: Console | None = None,
+    stdin: Any = None,
+    max_frames: int | None = None,
+) -> int:
     """Shows the live view until ``q`` (or Ctrl-C, or ``max_frames`` refreshes); returns the
     exit status (0)."""
     from rich.live import Live
@@ -428,8 +488,14 @@ def run(client: Any, address: str, interval: float = 1.0, timeout: float = 5.0,
     frames = 0
     with _cbreak(stdin if stdin is not None else sys.stdin) as fd:
         try:
-            with Live(model.render(width=console.width), console=console, screen=True, auto_refresh=False,
-                      redirect_stdout=False, redirect_stderr=False) as live:
+            with Live(
+                model.render(width=console.width),
+                console=console,
+                screen=True,
+                auto_refresh=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            ) as live:
                 fetcher.start()
                 while True:
                     if fetcher.ready.is_set():

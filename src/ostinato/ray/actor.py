@@ -51,26 +51,36 @@ def table_spec(tables: Any) -> tuple[tuple[str, Any], dict[str, Any]]:
     from ostinato import server_config
 
     if isinstance(tables, (str, os.PathLike)):
-        config = server_config.load_config(os.fspath(tables))  # read here: nodes need not see the file
+        config = server_config.load_config(
+            os.fspath(tables)
+        )  # read here: nodes need not see the file
         return table_spec(config)
     if isinstance(tables, Mapping):
         config = dict(tables)
-        server_config.tables_from_config(config)  # fails here, with the field named, not in an actor
+        server_config.tables_from_config(
+            config
+        )  # fails here, with the field named, not in an actor
         settings = server_config.server_settings(config)
         if settings["port"] is not None:
-            raise ValueError(f"tables: the config sets port ({settings['port']}), which several "
-                             "shards cannot share; remove it and pass ports=[...] (one per shard) "
-                             "or let each shard pick one")
+            raise ValueError(
+                f"tables: the config sets port ({settings['port']}), which several "
+                "shards cannot share; remove it and pass ports=[...] (one per shard) "
+                "or let each shard pick one"
+            )
         return ("config", config), settings
     if callable(tables):
         build_tables(("factory", tables))  # a factory that fails, fails here first
         return ("factory", tables), {}
     if isinstance(tables, Sequence):
-        raise TypeError("tables: pass a function returning the tables (e.g. `lambda: [Table(...)]`)"
-                        " or an ostinato-server config (a dict or a file path), not Table objects: "
-                        "each shard builds its own tables in its own process")
-    raise TypeError(f"tables ({tables!r}) must be a function returning a list of ostinato.Table, "
-                    "an ostinato-server config dict, or the path of a config file")
+        raise TypeError(
+            "tables: pass a function returning the tables (e.g. `lambda: [Table(...)]`)"
+            " or an ostinato-server config (a dict or a file path), not Table objects: "
+            "each shard builds its own tables in its own process"
+        )
+    raise TypeError(
+        f"tables ({tables!r}) must be a function returning a list of ostinato.Table, "
+        "an ostinato-server config dict, or the path of a config file"
+    )
 
 
 def build_tables(spec: tuple[str, Any]) -> list[Any]:
@@ -81,10 +91,15 @@ def build_tables(spec: tuple[str, Any]) -> list[Any]:
     if kind == "config":
         return server_config.tables_from_config(value)
     made = value()
-    if not isinstance(made, (list, tuple)) or not made \
-            or not all(isinstance(t, Table) for t in made):
-        raise TypeError(f"tables: the factory {value!r} must return a non-empty list of "
-                        f"ostinato.Table, got {made!r}")
+    if (
+        not isinstance(made, (list, tuple))
+        or not made
+        or not all(isinstance(t, Table) for t in made)
+    ):
+        raise TypeError(
+            f"tables: the factory {value!r} must return a non-empty list of "
+            f"ostinato.Table, got {made!r}"
+        )
     return list(made)
 
 
@@ -120,9 +135,18 @@ class ShardServer:
     """One replay server in a Ray actor. Ray re-runs ``__init__`` with the same arguments when
     it restarts the actor, so the port and checkpoint directory are the same each time."""
 
-    def __init__(self, index: int, num_shards: int, spec: tuple[str, Any], port: int,
-                 host: str | None, checkpoint: dict[str, Any] | None, token: str | None,
-                 server_options: dict[str, Any], bind_timeout: float) -> None:
+    def __init__(
+        self,
+        index: int,
+        num_shards: int,
+        spec: tuple[str, Any],
+        port: int,
+        host: str | None,
+        checkpoint: dict[str, Any] | None,
+        token: str | None,
+        server_options: dict[str, Any],
+        bind_timeout: float,
+    ) -> None:
         import ray
         from ostinato import checkpointers
         from ostinato.server import Server
@@ -142,13 +166,21 @@ class ShardServer:
             if checkpoint:
                 os.makedirs(ckpt_dir, exist_ok=True)
                 names = checkpointers.store_list(ckpt_dir)
-                self._restored = os.path.join(os.path.abspath(ckpt_dir), names[-1]) \
-                    if names else None
+                self._restored = (
+                    os.path.join(os.path.abspath(ckpt_dir), names[-1]) if names else None
+                )
                 checkpointer = checkpointers.DefaultCheckpointer(
-                    ckpt_dir, keep=checkpoint["keep"], every_seconds=checkpoint["every_seconds"])
+                    ckpt_dir, keep=checkpoint["keep"], every_seconds=checkpoint["every_seconds"]
+                )
             # Tables are built anew for each try: a try that failed may have restored into them.
-            return Server(build_tables(spec), port=want_port, checkpointer=checkpointer,
-                          host=bind_host, token=token, **server_options)
+            return Server(
+                build_tables(spec),
+                port=want_port,
+                checkpointer=checkpointer,
+                host=bind_host,
+                token=token,
+                **server_options,
+            )
 
         self._port_changed = False
         deadline = time.monotonic() + bind_timeout
@@ -166,24 +198,41 @@ class ShardServer:
                 if time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
-                _log.warning("shard %d: port %d on %s stayed busy for %.0f s; taking another "
-                             "(the shard's address changes: ShardGroup.refresh_addresses())",
-                             index, port, bind_host, bind_timeout)
+                _log.warning(
+                    "shard %d: port %d on %s stayed busy for %.0f s; taking another "
+                    "(the shard's address changes: ShardGroup.refresh_addresses())",
+                    index,
+                    port,
+                    bind_host,
+                    bind_timeout,
+                )
                 server = make_server(0)
                 self._port_changed = True
                 break
         self._server = server
         self._address = format_address(advertised, server.port)
         self._started = time.time()
-        _log.info("replay shard %d/%d serving at %s%s", index, num_shards, self._address,
-                  f" (restored {self._restored})" if self._restored else "")
+        _log.info(
+            "replay shard %d/%d serving at %s%s",
+            index,
+            num_shards,
+            self._address,
+            f" (restored {self._restored})" if self._restored else "",
+        )
 
     def address(self) -> str:
         return self._address
 
     def info(self) -> ShardInfo:
-        return ShardInfo(self._index, self._address, os.getpid(), self._node_id, self._started,
-                         self._restored, self._port_changed)
+        return ShardInfo(
+            self._index,
+            self._address,
+            os.getpid(),
+            self._node_id,
+            self._started,
+            self._restored,
+            self._port_changed,
+        )
 
     def group(self) -> dict[str, Any]:
         return {"num_shards": self._num_shards, "token": self._token}

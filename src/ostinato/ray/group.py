@@ -29,8 +29,14 @@ class ShardGroup:
     addresses); each can build its own client with :meth:`client`.
     """
 
-    def __init__(self, actors: Sequence[Any], addresses: Sequence[str], placement_group: Any,
-                 token: str | None, name: str | None = None):
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        addresses: Sequence[str],
+        placement_group: Any,
+        token: str | None,
+        name: str | None = None,
+    ):
         self._actors = list(actors)
         self._addresses = list(addresses)
         self._pg = placement_group
@@ -73,8 +79,7 @@ class ShardGroup:
         n = len(self._addresses)
         if first_shard is None:
             first_shard = random.randrange(n)
-        if not is_int(first_shard) \
-                or not 0 <= first_shard < n:
+        if not is_int(first_shard) or not 0 <= first_shard < n:
             raise ValueError(f"first_shard ({first_shard!r}) must be None or in 0..{n - 1}")
         client_kwargs.setdefault("token", self._token)
         rotated = self._addresses[first_shard:] + self._addresses[:first_shard]
@@ -115,8 +120,7 @@ class ShardGroup:
         ``restart``, Ray restarts it, and it restores its newest checkpoint."""
         import ray
 
-        if not is_int(index) \
-                or not 0 <= index < len(self._actors):
+        if not is_int(index) or not 0 <= index < len(self._actors):
             raise ValueError(f"index ({index!r}) must be in 0..{len(self._actors) - 1}")
         ray.kill(self._actors[index], no_restart=not restart)
 
@@ -169,8 +173,9 @@ class ShardGroup:
 
     # -- discovery ---------------------------------------------------------------------------------
     @classmethod
-    def lookup(cls, name: str, *, namespace: str | None = None,
-               timeout: float | None = 60.0) -> ShardGroup:
+    def lookup(
+        cls, name: str, *, namespace: str | None = None, timeout: float | None = 60.0
+    ) -> ShardGroup:
         """The group started with ``start_shards(..., name=name)``, found from any Ray driver
         or task connected to the same cluster (and namespace).
 
@@ -184,11 +189,14 @@ class ShardGroup:
         try:
             first = ray.get_actor(f"{name}-0", namespace=namespace)
         except ValueError:
-            raise LookupError(f"no ostinato shard group named {name!r} runs in this Ray "
-                              f"namespace ({namespace or 'the current one'})") from None
+            raise LookupError(
+                f"no ostinato shard group named {name!r} runs in this Ray "
+                f"namespace ({namespace or 'the current one'})"
+            ) from None
         group = ray.get(first.group.remote(), timeout=timeout)
-        actors = [first] + [ray.get_actor(f"{name}-{i}", namespace=namespace)
-                            for i in range(1, group["num_shards"])]
+        actors = [first] + [
+            ray.get_actor(f"{name}-{i}", namespace=namespace) for i in range(1, group["num_shards"])
+        ]
         try:
             pg = get_placement_group(f"{name}-shards")
         except ValueError:
@@ -198,8 +206,9 @@ class ShardGroup:
         return handle
 
     # -- internals --------------------------------------------------------------------------------
-    def _call_all(self, method: str, args: tuple[Any, ...], timeout: float | None,
-                  retry: bool = True) -> list[Any]:
+    def _call_all(
+        self, method: str, args: tuple[Any, ...], timeout: float | None, retry: bool = True
+    ) -> list[Any]:
         """Calls ``method`` on every shard; retries shards that are being restarted."""
         from ray.exceptions import GetTimeoutError, RayActorError
 
@@ -219,31 +228,46 @@ class ShardGroup:
                     last[i] = "no answer yet"
                 except RayActorError as e:
                     if not retry or getattr(e, "actor_init_failed", False):
-                        raise RuntimeError(f"shard {i} ({self._addresses[i] or 'starting'}): {method} "
-                                           f"failed: {e}") from e
+                        raise RuntimeError(
+                            f"shard {i} ({self._addresses[i] or 'starting'}): {method} failed: {e}"
+                        ) from e
                     last[i] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                     time.sleep(0.1)
                     pending[i] = getattr(self._actors[i], method).remote(*args)
             if pending and deadline is not None and time.monotonic() >= deadline:
                 for ref in pending.values():
                     ray.cancel(ref)
-                missing = ", ".join(f"shard {i} ({self._addresses[i] or 'starting'}): {last.get(i)}"
-                                    for i in sorted(pending))
+                missing = ", ".join(
+                    f"shard {i} ({self._addresses[i] or 'starting'}): {last.get(i)}"
+                    for i in sorted(pending)
+                )
                 raise TimeoutError(f"{method}: no answer within {timeout:g} s from {missing}")
         return [results[i] for i in range(len(self._actors))]
 
 
 # -- starting --------------------------------------------------------------------------------------
-def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str | os.PathLike,
-                 num_shards: int, *, checkpoint_dir: str | os.PathLike | None = None,
-                 checkpoint_every_seconds: float | None = None, checkpoint_keep: int | None = None,
-                 ports: int | Sequence[int] | None = None, host: str | None = None,
-                 token: str | None = None, num_cpus: float = 1.0,
-                 resources: Mapping[str, float] | None = None, strategy: str = "SPREAD",
-                 max_restarts: int = -1, name: str | None = None, namespace: str | None = None,
-                 detached: bool = False, server_options: Mapping[str, Any] | None = None,
-                 actor_options: Mapping[str, Any] | None = None, bind_timeout: float = 10.0,
-                 timeout: float | None = 120.0) -> ShardGroup:
+def start_shards(
+    tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str | os.PathLike,
+    num_shards: int,
+    *,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every_seconds: float | None = None,
+    checkpoint_keep: int | None = None,
+    ports: int | Sequence[int] | None = None,
+    host: str | None = None,
+    token: str | None = None,
+    num_cpus: float = 1.0,
+    resources: Mapping[str, float] | None = None,
+    strategy: str = "SPREAD",
+    max_restarts: int = -1,
+    name: str | None = None,
+    namespace: str | None = None,
+    detached: bool = False,
+    server_options: Mapping[str, Any] | None = None,
+    actor_options: Mapping[str, Any] | None = None,
+    bind_timeout: float = 10.0,
+    timeout: float | None = 120.0,
+) -> ShardGroup:
     """Starts ``num_shards`` replay servers as Ray actors (Ray must be initialised).
 
     Args:
@@ -314,10 +338,14 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
     if not bind_timeout >= 0:
         raise ValueError(f"bind_timeout ({bind_timeout!r}) must be >= 0")
     spec, settings = table_spec(tables)
-    checkpoint_dir = checkpoint_dir if checkpoint_dir is not None \
-        else settings.get("checkpoint_dir")
-    every = checkpoint_every_seconds if checkpoint_every_seconds is not None \
+    checkpoint_dir = (
+        checkpoint_dir if checkpoint_dir is not None else settings.get("checkpoint_dir")
+    )
+    every = (
+        checkpoint_every_seconds
+        if checkpoint_every_seconds is not None
         else settings.get("checkpoint_every_seconds")
+    )
     keep = checkpoint_keep if checkpoint_keep is not None else settings.get("checkpoint_keep")
     if checkpoint_dir is None and (every is not None or keep is not None):
         raise ValueError("checkpoint_every_seconds and checkpoint_keep need a checkpoint_dir")
@@ -330,17 +358,26 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
     if not bundle:
         bundle = {"CPU": 0.001}  # a bundle must reserve something; this places without taking
     if not ray.is_initialized():
-        raise RuntimeError("start_shards needs Ray: call ray.init() first (or ray.init(address="
-                           "'auto') to join a running cluster)")
+        raise RuntimeError(
+            "start_shards needs Ray: call ray.init() first (or ray.init(address="
+            "'auto') to join a running cluster)"
+        )
 
     total = ray.cluster_resources()
-    short = {k: f"{v * num_shards:g} needed, {total.get(k, 0):g} in the cluster"
-             for k, v in bundle.items() if v * num_shards > total.get(k, 0)}
+    short = {
+        k: f"{v * num_shards:g} needed, {total.get(k, 0):g} in the cluster"
+        for k, v in bundle.items()
+        if v * num_shards > total.get(k, 0)
+    }
     if short:  # an autoscaling cluster may still grow to fit; others will time out
-        _log.warning("%d shards of %s do not fit the cluster as it is (%s): waiting up to %s s "
-                     "for it to grow; lower num_cpus/resources per shard otherwise",
-                     num_shards, bundle, "; ".join(f"{k}: {v}" for k, v in short.items()),
-                     timeout)
+        _log.warning(
+            "%d shards of %s do not fit the cluster as it is (%s): waiting up to %s s "
+            "for it to grow; lower num_cpus/resources per shard otherwise",
+            num_shards,
+            bundle,
+            "; ".join(f"{k}: {v}" for k, v in short.items()),
+            timeout,
+        )
     pg_kwargs: dict[str, Any] = {"strategy": strategy}
     if name:
         pg_kwargs["name"] = f"{name}-shards"
@@ -355,7 +392,8 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
             raise TimeoutError(
                 f"the cluster could not place {num_shards} shards of {bundle} with strategy "
                 f"{strategy} within {timeout} s (available now: {ray.available_resources()}; "
-                "lower num_cpus or resources per shard, or add nodes)") from None
+                "lower num_cpus or resources per shard, or add nodes)"
+            ) from None
 
         def in_bundle(i: int) -> Any:
             return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
@@ -366,12 +404,18 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
         for i in range(num_shards):
             ckpt = None
             if checkpoint_dir is not None:
-                ckpt = {"path": os.path.join(os.fspath(checkpoint_dir), f"shard-{i:03d}"),
-                        "every_seconds": every, "keep": keep or 1}
+                ckpt = {
+                    "path": os.path.join(os.fspath(checkpoint_dir), f"shard-{i:03d}"),
+                    "every_seconds": every,
+                    "keep": keep or 1,
+                }
             opts: dict[str, Any] = {
-                "num_cpus": bundle.get("CPU", 0), "max_restarts": max_restarts,
-                "max_concurrency": 4, "scheduling_strategy": in_bundle(i),
-                "resources": {k: v for k, v in bundle.items() if k != "CPU"} or None}
+                "num_cpus": bundle.get("CPU", 0),
+                "max_restarts": max_restarts,
+                "max_concurrency": 4,
+                "scheduling_strategy": in_bundle(i),
+                "resources": {k: v for k, v in bundle.items() if k != "CPU"} or None,
+            }
             if name:
                 opts["name"] = f"{name}-{i}"
                 opts["namespace"] = namespace
@@ -380,9 +424,19 @@ def start_shards(tables: Callable[[], Sequence[Any]] | Mapping[str, Any] | str |
             opts.update(actor_options or {})
             if opts.get("resources") is None:
                 opts.pop("resources")
-            actors.append(cls.options(**opts).remote(
-                i, num_shards, spec, port_list[i], host, ckpt, token,
-                dict(server_options or {}), float(bind_timeout)))
+            actors.append(
+                cls.options(**opts).remote(
+                    i,
+                    num_shards,
+                    spec,
+                    port_list[i],
+                    host,
+                    ckpt,
+                    token,
+                    dict(server_options or {}),
+                    float(bind_timeout),
+                )
+            )
         group = ShardGroup(actors, [""] * num_shards, pg, token, name)
         try:
             group._addresses = [i.address for i in group.info(timeout=timeout)]
@@ -434,8 +488,9 @@ def _probe_ports(n: int, in_bundle: Callable[[int], Any], timeout: float | None)
         try:
             found = ray.get(list(refs.values()), timeout=left)
         except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"could not find free ports on the shards' nodes within "
-                               f"{timeout} s") from None
+            raise TimeoutError(
+                f"could not find free ports on the shards' nodes within {timeout} s"
+            ) from None
         todo = []
         for i, (node, port) in zip(refs, found):
             if port in taken.setdefault(node, set()):

@@ -35,7 +35,8 @@ def _is_episodes(rlds_data: Any) -> bool:
     if spec is None:
         raise TypeError(
             f"rlds_data must be a tf.data.Dataset of RLDS episodes or steps; got "
-            f"{type(rlds_data).__name__}")
+            f"{type(rlds_data).__name__}"
+        )
     if isinstance(spec, Mapping) and "steps" in spec:
         return True
     if isinstance(spec, Mapping) and all(k in spec for k in STEP_FEATURES):
@@ -48,7 +49,8 @@ def _check_step_spec(spec: Any) -> None:
         found = list(spec.keys()) if isinstance(spec, Mapping) else spec
         raise ValueError(
             f"Invalid RLDS step spec. Features expected are {list(STEP_FEATURES)}, but found "
-            f"{found}")
+            f"{found}"
+        )
 
 
 def _step_spec(rlds_data: Any) -> Mapping:
@@ -112,11 +114,14 @@ def create_trajectory_data_signature(rlds_data: Any) -> Trajectory:
 
 # -- conversion ------------------------------------------------------------------------------
 
+
 def _indexed_steps(rlds_data: Any) -> Any:
     """``(episode_index, step_index, step)`` for every step, episodes flattened."""
     if _is_episodes(rlds_data):
+
         def episode_steps(i: Any, episode: Any) -> Any:
             return episode["steps"].enumerate().map(lambda j, step: (i, j, step))
+
         return rlds_data.enumerate().flat_map(episode_steps)
 
     def count(state: Any, step: Any) -> Any:
@@ -171,8 +176,9 @@ def _stack_dicts(cur: Mapping, nxt: Mapping) -> tuple[dict, dict]:
 def _step_type(step: Mapping) -> Any:
     first = tf.cast(step["is_first"], tf.bool)
     last = tf.cast(step["is_last"], tf.bool)
-    return tf.where(first, int(StepType.FIRST), tf.where(last, int(StepType.LAST),
-                                                         int(StepType.MID)))
+    return tf.where(
+        first, int(StepType.FIRST), tf.where(last, int(StepType.LAST), int(StepType.MID))
+    )
 
 
 def _where(i: Any, j: Any) -> Any:
@@ -195,12 +201,12 @@ def _rules(cur: Mapping, nxt: Mapping, i: Any, j: Any) -> list:
         # Beyond TF-Agents: an episode (and the data) must start with is_first.
         (tf.not_equal(j[0], 0) | first, NO_START, here),
     ]
-    return [(ok, tf.strings.join([message, where], separator=" "))
-            for ok, message, where in rules]
+    return [(ok, tf.strings.join([message, where], separator=" ")) for ok, message, where in rules]
 
 
-def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *,
-                          lazy_errors: bool = True) -> Any:
+def _indexed_trajectories(
+    rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *, lazy_errors: bool = True
+) -> Any:
     """``(episode_index, step_index, error, Trajectory)`` for every RLDS step.
 
     ``error`` is the first failing check's message (``b""`` when the step is fine); with
@@ -226,29 +232,34 @@ def _indexed_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, *
             step_type = tf.identity(_step_type(cur))
             next_step_type = _step_type(nxt)
         # A one-step episode (FIRST followed by FIRST) is LAST -> LAST, as in TF-Agents.
-        single = tf.equal(step_type, int(StepType.FIRST)) & tf.equal(next_step_type,
-                                                                     int(StepType.FIRST))
+        single = tf.equal(step_type, int(StepType.FIRST)) & tf.equal(
+            next_step_type, int(StepType.FIRST)
+        )
         step_type = tf.where(single, int(StepType.LAST), step_type)
         next_step_type = tf.where(single, int(StepType.LAST), next_step_type)
         policy_info = policy_info_fn(cur, nxt) if policy_info_fn else ()
         complete = tf.cast(cur["is_last"], tf.bool) & tf.cast(cur["is_terminal"], tf.bool)
         discount = cur["discount"]
         discount = tf.where(complete, tf.zeros_like(discount), discount)
-        return i[0], j[0], error, cls(
-            step_type=step_type,
-            observation=cur["observation"],
-            action=cur["action"],
-            policy_info=policy_info,
-            next_step_type=next_step_type,
-            reward=cur["reward"],
-            discount=discount,
+        return (
+            i[0],
+            j[0],
+            error,
+            cls(
+                step_type=step_type,
+                observation=cur["observation"],
+                action=cur["action"],
+                policy_info=policy_info,
+                next_step_type=next_step_type,
+                reward=cur["reward"],
+                discount=discount,
+            ),
         )
 
     return pairs.map(to_trajectory)
 
 
-def convert_rlds_to_trajectories(rlds_data: Any,
-                                 policy_info_fn: PolicyInfoFn | None = None) -> Any:
+def convert_rlds_to_trajectories(rlds_data: Any, policy_info_fn: PolicyInfoFn | None = None) -> Any:
     """A ``tf.data.Dataset`` of :class:`Trajectory`, one per RLDS step (TF-Agents' semantics).
 
     Steps are flattened across episodes, one ``{"is_first": True}`` step (zeros elsewhere) is

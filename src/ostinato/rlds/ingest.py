@@ -45,11 +45,16 @@ class Progress:
             from rich.progress import Progress as Bar
             from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._bar = Bar(SpinnerColumn(), TextColumn("{task.description}"),
-                            TextColumn("{task.fields[steps]:,} steps"),
-                            TextColumn("{task.fields[episodes]:,} episodes"),
-                            TextColumn("{task.fields[rate]:,.0f} steps/s"),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self._bar = Bar(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TextColumn("{task.fields[steps]:,} steps"),
+                TextColumn("{task.fields[episodes]:,} episodes"),
+                TextColumn("{task.fields[rate]:,.0f} steps/s"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(description, steps=0, episodes=0, rate=0.0)
 
@@ -61,8 +66,10 @@ class Progress:
     def finish(self, steps: int, episodes: int, failed: bool) -> str:
         elapsed = time.perf_counter() - self.start
         rate = steps / max(elapsed, 1e-9)
-        line = (f"{'Stopped after pushing' if failed else 'Pushed'} {steps:,} steps "
-                f"({episodes:,} episodes) in {elapsed:.2f} s, {rate:,.0f} steps/s")
+        line = (
+            f"{'Stopped after pushing' if failed else 'Pushed'} {steps:,} steps "
+            f"({episodes:,} episodes) in {elapsed:.2f} s, {rate:,.0f} steps/s"
+        )
         if self._bar is not None:
             self.update(steps, episodes)
             self._bar.stop()
@@ -102,8 +109,10 @@ class UnitWriter:
     def fail(self, message: str, error_type: ErrorFactory | None = None) -> Exception:
         """The exception for a malformed step: ``message`` and what was written before it."""
         make = error_type or self._make_error
-        return make(f"{message} -- nothing of this episode was written; {self.written} "
-                    f"trajectories of {self.episodes} earlier episodes were.")
+        return make(
+            f"{message} -- nothing of this episode was written; {self.written} "
+            f"trajectories of {self.episodes} earlier episodes were."
+        )
 
     def feed(self, chunk: TrajectoryChunk | None, error_type: ErrorFactory | None = None) -> None:
         """Writes the units ``chunk`` completes; raises at its error (if any), after writing
@@ -120,7 +129,7 @@ class UnitWriter:
         limit = chunk.error[0] if chunk.error is not None else n
         if limit > 0:
             episodes = chunk.episode
-            cuts = set((np.nonzero(episodes[1:limit] != episodes[:limit - 1])[0] + 1).tolist())
+            cuts = set((np.nonzero(episodes[1:limit] != episodes[: limit - 1])[0] + 1).tolist())
             step_type = np.asarray(chunk.trajectory.step_type[:limit])
             cuts.update((np.nonzero(step_type == StepType.LAST)[0] + 1).tolist())
             if self._pending and episodes[0] != self._pending_episode:
@@ -210,11 +219,19 @@ class TableSink:
       ValueError: an argument is invalid (the message names it).
     """
 
-    def __init__(self, client: Any, tables: Any, sequence_length: int,
-                 stride_length: int = 1, priority: float = 1.0,
-                 pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
-                 timeout: float | None = None, max_pending_items: int | None = None,
-                 max_steps_per_second: float | None = None):
+    def __init__(
+        self,
+        client: Any,
+        tables: Any,
+        sequence_length: int,
+        stride_length: int = 1,
+        priority: float = 1.0,
+        pad_end_of_episodes: bool = False,
+        tile_end_of_episodes: bool = False,
+        timeout: float | None = None,
+        max_pending_items: int | None = None,
+        max_steps_per_second: float | None = None,
+    ):
         from ostinato.observers.base import flag, priority_value, table_names
 
         if client is None or not callable(getattr(client, "trajectory_writer", None)):
@@ -226,19 +243,24 @@ class TableSink:
         self._pad = flag(pad_end_of_episodes, "pad_end_of_episodes")
         self._tile = flag(tile_end_of_episodes, "tile_end_of_episodes")
         if self._tile and not self._pad:
-            raise ValueError("Must set `pad_end_of_episodes=True` when using "
-                             "`tile_end_of_episodes`")
+            raise ValueError(
+                "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
+            )
         if timeout is not None and (not is_real(timeout) or not timeout >= 0):
             raise ValueError(f"timeout ({timeout!r}) must be None or a number of seconds >= 0")
         self._timeout_ms = _timeout_ms(timeout)
-        self._max_pending = (None if max_pending_items is None
-                             else positive_int("max_pending_items", max_pending_items))
+        self._max_pending = (
+            None
+            if max_pending_items is None
+            else positive_int("max_pending_items", max_pending_items)
+        )
         self._created = 0
         if max_steps_per_second is not None and (
-                not is_real(max_steps_per_second)
-                or not max_steps_per_second > 0):
-            raise ValueError(f"max_steps_per_second ({max_steps_per_second!r}) must be None or "
-                             "a number > 0")
+            not is_real(max_steps_per_second) or not max_steps_per_second > 0
+        ):
+            raise ValueError(
+                f"max_steps_per_second ({max_steps_per_second!r}) must be None or a number > 0"
+            )
         self._rate = max_steps_per_second
         self._steps = 0
         self._start: float | None = None
@@ -257,7 +279,8 @@ class TableSink:
         step_type, next_step_type = object(), object()
         marked = optree.tree_leaves(
             trajectory._replace(step_type=step_type, next_step_type=next_step_type),
-            none_is_leaf=False)
+            none_is_leaf=False,
+        )
         # Zero-padded keys: a dict's columns are in key order, here the trajectory's order.
         self._keys = [f"{i:05d}" for i in range(len(marked))]
         self._boundary_leaf = next(i for i, x in enumerate(marked) if x is step_type)
@@ -273,8 +296,7 @@ class TableSink:
             self._writer.create_item(table, self._priority, item, timeout_ms=self._timeout_ms)
         self._created += 1
         if self._max_pending is not None and self._created % PACE_EVERY == 0:
-            self._writer.flush(block_until_num_items=self._max_pending,
-                               timeout_ms=self._timeout_ms)
+            self._writer.flush(block_until_num_items=self._max_pending, timeout_ms=self._timeout_ms)
 
     def _append(self, row: Any) -> None:
         self._writer.append(dict(zip(self._keys, row)))  # type: ignore[arg-type]
@@ -287,8 +309,10 @@ class TableSink:
         if self._pad:
             # TF-Agents' padding step: zeros, step_type LAST, next_step_type FIRST.
             pad = [np.zeros_like(np.asarray(x)) for x in boundary_row]
-            for i, value in ((self._boundary_leaf, StepType.LAST),
-                             (self._next_type_leaf, StepType.FIRST)):
+            for i, value in (
+                (self._boundary_leaf, StepType.LAST),
+                (self._next_type_leaf, StepType.FIRST),
+            ):
                 pad[i] = np.asarray(int(value), dtype=pad[i].dtype)
             count = self._length - 1 if self._tile else self._length - self._cached
             for _ in range(count):
@@ -340,8 +364,9 @@ class TableSink:
         finally:
             self._writer.close()
 
-    def run(self, push: Callable[[], int],
-            keep_on: tuple[type[BaseException], ...] = (ValueError,)) -> int:
+    def run(
+        self, push: Callable[[], int], keep_on: tuple[type[BaseException], ...] = (ValueError,)
+    ) -> int:
         """Calls ``push`` and closes the writer; returns what ``push`` returned.
 
         When ``push`` raises one of ``keep_on`` (a malformed episode), the items written before

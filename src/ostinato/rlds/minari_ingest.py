@@ -82,15 +82,18 @@ def minari_steps(episode: Any, position: int = 0) -> StepChunk:
         raise MalformedEpisodeError(f"{name}: no {', '.join(missing)}")
     rewards = np.asarray(episode.rewards)
     if rewards.ndim != 1:
-        raise MalformedEpisodeError(f"{name}: rewards has shape {rewards.shape}; one reward "
-                                    "per step (shape (n,)) is needed")
+        raise MalformedEpisodeError(
+            f"{name}: rewards has shape {rewards.shape}; one reward per step (shape (n,)) is needed"
+        )
     n = len(rewards)
     terminated = np.asarray(episode.terminations).astype(bool)
     truncated = np.asarray(episode.truncations).astype(bool)
-    for field, want, values in (("terminations", n, [("", terminated)]),
-                                ("truncations", n, [("", truncated)]),
-                                ("actions", n, _leaves(episode.actions)),
-                                ("observations", n + 1, _leaves(episode.observations))):
+    for field, want, values in (
+        ("terminations", n, [("", terminated)]),
+        ("truncations", n, [("", truncated)]),
+        ("actions", n, _leaves(episode.actions)),
+        ("observations", n + 1, _leaves(episode.observations)),
+    ):
         if not values:
             raise MalformedEpisodeError(f"{name}: {field} is empty")
         for path, value in values:
@@ -100,14 +103,16 @@ def minari_steps(episode: Any, position: int = 0) -> StepChunk:
                 raise MalformedEpisodeError(
                     f"{name}: {what} has {got} steps, but rewards has {n}: an episode of n "
                     f"steps has n actions, rewards, terminations and truncations, and n + 1 "
-                    f"observations (the last one the final observation)")
+                    f"observations (the last one the final observation)"
+                )
     ended = np.nonzero((terminated | truncated)[:-1])[0]
     if len(ended):
         t = int(ended[0])
         how = "terminated" if terminated[t] else "truncated"
         raise MalformedEpisodeError(
             f"{name}, step {t}: {how} before the episode's last step ({n - 1}); each "
-            "episode must end at its first termination or truncation")
+            "episode must end at its first termination or truncation"
+        )
     last = np.zeros(n + 1, bool)
     last[-1] = True
     first = np.zeros(n + 1, bool)
@@ -119,18 +124,36 @@ def minari_steps(episode: Any, position: int = 0) -> StepChunk:
     reward = np.zeros(n + 1, np.float32)
     reward[:n] = rewards
     action = optree.tree_map(
-        lambda a: np.concatenate([np.asarray(a), np.zeros_like(np.asarray(a)[:1])])
-        if len(a) else np.zeros((1, *np.shape(a)[1:]), np.asarray(a).dtype),
-        episode.actions, none_is_leaf=False)
+        lambda a: (
+            np.concatenate([np.asarray(a), np.zeros_like(np.asarray(a)[:1])])
+            if len(a)
+            else np.zeros((1, *np.shape(a)[1:]), np.asarray(a).dtype)
+        ),
+        episode.actions,
+        none_is_leaf=False,
+    )
     observation = optree.tree_map(np.asarray, episode.observations, none_is_leaf=False)
-    return StepChunk(np.full(n + 1, eid, np.int64), np.arange(n + 1, dtype=np.int64), dict(
-        observation=observation, action=action, reward=reward, discount=discount,
-        is_first=first, is_last=last, is_terminal=terminal))
+    return StepChunk(
+        np.full(n + 1, eid, np.int64),
+        np.arange(n + 1, dtype=np.int64),
+        dict(
+            observation=observation,
+            action=action,
+            reward=reward,
+            discount=discount,
+            is_first=first,
+            is_last=last,
+            is_terminal=terminal,
+        ),
+    )
 
 
 def _specs(chunk: StepChunk) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-    return [(f"{key}/{p}" if p else key, x.shape[1:], x.dtype)
-            for key in ("observation", "action") for p, x in _leaves(chunk.columns[key])]
+    return [
+        (f"{key}/{p}" if p else key, x.shape[1:], x.dtype)
+        for key in ("observation", "action")
+        for p, x in _leaves(chunk.columns[key])
+    ]
 
 
 def _check_like(chunk: StepChunk, reference: list[Any], name: str) -> None:
@@ -138,12 +161,14 @@ def _check_like(chunk: StepChunk, reference: list[Any], name: str) -> None:
     if [p for p, _, _ in got] != [p for p, _, _ in reference]:
         raise MalformedEpisodeError(
             f"{name}: fields {[p for p, _, _ in got]}, but earlier episodes have "
-            f"{[p for p, _, _ in reference]}")
+            f"{[p for p, _, _ in reference]}"
+        )
     for (path, shape, dtype), (_, shape0, dtype0) in zip(got, reference):
         if shape != shape0 or dtype != dtype0:
             raise MalformedEpisodeError(
                 f"{name}: {path} has shape {shape} and dtype {dtype}, but earlier episodes "
-                f"have {shape0} and {dtype0}")
+                f"have {shape0} and {dtype0}"
+            )
 
 
 def _step_chunks(dataset: Any) -> Iterator[StepChunk]:
@@ -185,8 +210,11 @@ def create_minari_trajectory_spec(dataset: Any) -> Any:
         step_type=step_type,
         observation=optree.tree_map(spec, chunk.columns["observation"], none_is_leaf=False),
         action=optree.tree_map(spec, chunk.columns["action"], none_is_leaf=False),
-        policy_info=(), next_step_type=step_type, reward=TensorSpec((), np.float32),
-        discount=TensorSpec((), np.float32, "discount"))
+        policy_info=(),
+        next_step_type=step_type,
+        reward=TensorSpec((), np.float32),
+        discount=TensorSpec((), np.float32, "discount"),
+    )
 
 
 def create_minari_trajectory_signature(dataset: Any) -> Any:
@@ -195,8 +223,12 @@ def create_minari_trajectory_signature(dataset: Any) -> Any:
     from ostinato.types import TensorSpec
 
     spec = create_minari_trajectory_spec(dataset)
-    return optree.tree_map(lambda s: TensorSpec((None, *s.shape), s.dtype, s.name), spec,
-                           is_leaf=lambda x: isinstance(x, TensorSpec), none_is_leaf=False)
+    return optree.tree_map(
+        lambda s: TensorSpec((None, *s.shape), s.dtype, s.name),
+        spec,
+        is_leaf=lambda x: isinstance(x, TensorSpec),
+        none_is_leaf=False,
+    )
 
 
 def check_minari_signature(table_signature: Any, dataset: Any) -> None:
@@ -207,8 +239,10 @@ def check_minari_signature(table_signature: Any, dataset: Any) -> None:
         return
     why = spec_mismatch(table_signature, create_minari_trajectory_signature(dataset))
     if why is not None:
-        raise ValueError(f"The table's signature does not match the Minari data's trajectories "
-                         f"(create_minari_trajectory_signature): {why}")
+        raise ValueError(
+            f"The table's signature does not match the Minari data's trajectories "
+            f"(create_minari_trajectory_signature): {why}"
+        )
 
 
 def _push(dataset: Any, sink: Any, progress: bool | None) -> int:
@@ -252,12 +286,21 @@ def push_minari_to_reverb(dataset: Any, observer: Any, *, progress: bool | None 
     return _push(dataset, ObserverSink(observer), progress)
 
 
-def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_length: int = 2,
-                         stride_length: int = 1, priority: float = 1.0,
-                         pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
-                         progress: bool | None = None, timeout: float | None = None,
-                         max_pending_items: int | None = 512,
-                         max_steps_per_second: float | None = None) -> int:
+def push_minari_to_table(
+    dataset: Any,
+    client: Any,
+    table: Any,
+    *,
+    sequence_length: int = 2,
+    stride_length: int = 1,
+    priority: float = 1.0,
+    pad_end_of_episodes: bool = False,
+    tile_end_of_episodes: bool = False,
+    progress: bool | None = None,
+    timeout: float | None = None,
+    max_pending_items: int | None = 512,
+    max_steps_per_second: float | None = None,
+) -> int:
     """Writes a Minari dataset into ``table`` with TF-Agents' trajectory windows.
 
     The items :func:`~ostinato.rlds.push_rlds_to_table` writes for the same episodes recorded
@@ -295,9 +338,18 @@ def push_minari_to_table(dataset: Any, client: Any, table: Any, *, sequence_leng
       >>> server = ostinato.Server([ostinato.Table.queue("replay", 10**6, signature=signature)])
       >>> rlds.push_minari_to_table(dataset, server.localhost_client(), "replay")
     """
-    sink = TableSink(client, table, sequence_length, stride_length, priority,
-                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
-                     max_steps_per_second)
+    sink = TableSink(
+        client,
+        table,
+        sequence_length,
+        stride_length,
+        priority,
+        pad_end_of_episodes,
+        tile_end_of_episodes,
+        timeout,
+        max_pending_items,
+        max_steps_per_second,
+    )
 
     def push() -> int:
         check_minari_signature(table_signature(client, sink.tables[0], timeout), dataset)
@@ -319,19 +371,23 @@ def load_minari(dataset_id_or_path: str) -> Any:
         import minari
         from minari.storage import get_dataset_path
     except ImportError as e:
-        raise ImportError(f"reading Minari datasets needs minari: pip install "
-                          f"'ostinato[minari]' ({e})") from e
+        raise ImportError(
+            f"reading Minari datasets needs minari: pip install 'ostinato[minari]' ({e})"
+        ) from e
     path = os.path.expanduser(dataset_id_or_path)
     if os.path.isdir(path):
         data = os.path.join(path, "data") if os.path.isdir(os.path.join(path, "data")) else path
         if not os.path.exists(os.path.join(data, "metadata.json")):
-            raise FileNotFoundError(f"{dataset_id_or_path!r} is a directory, but not a Minari "
-                                    f"dataset (no metadata.json in {data})")
+            raise FileNotFoundError(
+                f"{dataset_id_or_path!r} is a directory, but not a Minari "
+                f"dataset (no metadata.json in {data})"
+            )
         return minari.MinariDataset(data)
     root = get_dataset_path(dataset_id_or_path)
     if not os.path.exists(os.path.join(root, "data", "metadata.json")):
         raise FileNotFoundError(
             f"No local Minari dataset {dataset_id_or_path!r}: neither a directory nor an id "
             f"found under {get_dataset_path()} (set MINARI_DATASETS_PATH to look elsewhere). "
-            "Datasets are never downloaded here: use `minari download` first.")
+            "Datasets are never downloaded here: use `minari download` first."
+        )
     return minari.load_dataset(dataset_id_or_path, download=False)

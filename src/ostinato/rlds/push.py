@@ -35,8 +35,9 @@ def _mismatch(table: Any, expected: Any, *, names: bool = True) -> str | None:
     return spec_mismatch(table, expected, names=names)
 
 
-def check_table_signature(table_signature: Any, rlds_data: Any,
-                          policy_info_fn: PolicyInfoFn | None = None) -> None:
+def check_table_signature(
+    table_signature: Any, rlds_data: Any, policy_info_fn: PolicyInfoFn | None = None
+) -> None:
     """Raises TF-Agents' ``ValueError`` unless the table takes these trajectories.
 
     The table's signature must equal ``create_trajectory_data_signature(rlds_data)`` (shape,
@@ -52,8 +53,12 @@ def check_table_signature(table_signature: Any, rlds_data: Any,
         # The rest as expected and policy_info with the function's shapes and dtypes.
         if _mismatch(table_signature._replace(policy_info=()), expected) is None:
             element = _indexed_trajectories(rlds_data, policy_info_fn).element_spec[3]
-            if _mismatch(table_signature.policy_info, add_outer_dim(element.policy_info),
-                         names=False) is None:
+            if (
+                _mismatch(
+                    table_signature.policy_info, add_outer_dim(element.policy_info), names=False
+                )
+                is None
+            ):
                 why = None
     if why is not None:
         err = ValueError(_MISMATCH)  # TF-Agents' message, exactly; the difference as a note
@@ -83,8 +88,12 @@ def _elements(dataset: Any) -> Iterator[tuple[Any, Any, Any, Any]]:
     for episodes, steps, errors, trajs in dataset.batch(_BATCH).as_numpy_iterator():
         leaves, treedef = optree.tree_flatten(trajs, none_is_leaf=False)
         for k in range(len(episodes)):
-            yield (episodes[k], steps[k], errors[k],
-                   optree.tree_unflatten(treedef, [leaf[k] for leaf in leaves]))
+            yield (
+                episodes[k],
+                steps[k],
+                errors[k],
+                optree.tree_unflatten(treedef, [leaf[k] for leaf in leaves]),
+            )
 
 
 def _invalid_argument(message: str) -> Exception:
@@ -99,17 +108,17 @@ def _push_columns(rlds_data: Any, units: UnitWriter) -> None:
     units.feed(converter.finish())
 
 
-def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None
-           ) -> TrajectoryChunk:
+def _stack(elements: list[tuple[Any, Any, Any]], error: tuple[int, str] | None) -> TrajectoryChunk:
     trajs = [t for _, _, t in elements]
-    return TrajectoryChunk(np.array([e for e, _, _ in elements], np.int64),
-                           np.array([s for _, s, _ in elements], np.int64),
-                           optree.tree_map(lambda *xs: np.stack(xs), *trajs,
-                                           none_is_leaf=False), error)
+    return TrajectoryChunk(
+        np.array([e for e, _, _ in elements], np.int64),
+        np.array([s for _, s, _ in elements], np.int64),
+        optree.tree_map(lambda *xs: np.stack(xs), *trajs, none_is_leaf=False),
+        error,
+    )
 
 
-def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
-                   units: UnitWriter) -> None:
+def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None, units: UnitWriter) -> None:
     """With ``policy_info_fn`` or steps of unknown shapes: converted by tf.data, per step."""
     dataset = _indexed_trajectories(rlds_data, policy_info_fn, lazy_errors=False)
     check_shapes = not _fully_defined(dataset)  # else tf.data guarantees them
@@ -126,8 +135,10 @@ def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
             elif got != shapes:
                 paths = [p for p, _ in _flat(traj)]
                 path, a, b = next((p, a, b) for p, a, b in zip(paths, got, shapes) if a != b)
-                failure = (f"Inconsistent shapes (episode {episode}, step {step}): {path} has "
-                           f"shape {a}, but earlier steps have {b}.")
+                failure = (
+                    f"Inconsistent shapes (episode {episode}, step {step}): {path} has "
+                    f"shape {a}, but earlier steps have {b}."
+                )
                 error_type = ValueError
         if failure is not None:
             if elements:
@@ -141,8 +152,9 @@ def _push_elements(rlds_data: Any, policy_info_fn: PolicyInfoFn | None,
         units.feed(_stack(elements, None))
 
 
-def _push(rlds_data: Any, sink: Any, policy_info_fn: PolicyInfoFn | None,
-          progress: bool | None) -> int:
+def _push(
+    rlds_data: Any, sink: Any, policy_info_fn: PolicyInfoFn | None, progress: bool | None
+) -> int:
     bar = Progress(progress, "RLDS -> table")
     units = UnitWriter(sink, bar, _invalid_argument)
     failed = True
@@ -158,9 +170,13 @@ def _push(rlds_data: Any, sink: Any, policy_info_fn: PolicyInfoFn | None,
     return units.written
 
 
-def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
-                        policy_info_fn: PolicyInfoFn | None = None, *,
-                        progress: bool | None = None) -> int:
+def push_rlds_to_reverb(
+    rlds_data: Any,
+    reverb_observer: Any,
+    policy_info_fn: PolicyInfoFn | None = None,
+    *,
+    progress: bool | None = None,
+) -> int:
     """Writes ``rlds_data`` through ``reverb_observer`` as TF-Agents trajectories.
 
     TF-Agents' ``push_rlds_to_reverb``: the observer's table signature is checked (see
@@ -202,13 +218,22 @@ def push_rlds_to_reverb(rlds_data: Any, reverb_observer: Any,
     return _push(rlds_data, ObserverSink(reverb_observer), policy_info_fn, progress)
 
 
-def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_length: int = 2,
-                       stride_length: int = 1, priority: float = 1.0,
-                       pad_end_of_episodes: bool = False, tile_end_of_episodes: bool = False,
-                       policy_info_fn: PolicyInfoFn | None = None,
-                       progress: bool | None = None, timeout: float | None = None,
-                       max_pending_items: int | None = 512,
-                       max_steps_per_second: float | None = None) -> int:
+def push_rlds_to_table(
+    rlds_data: Any,
+    client: Any,
+    table: Any,
+    *,
+    sequence_length: int = 2,
+    stride_length: int = 1,
+    priority: float = 1.0,
+    pad_end_of_episodes: bool = False,
+    tile_end_of_episodes: bool = False,
+    policy_info_fn: PolicyInfoFn | None = None,
+    progress: bool | None = None,
+    timeout: float | None = None,
+    max_pending_items: int | None = 512,
+    max_steps_per_second: float | None = None,
+) -> int:
     """:func:`push_rlds_to_reverb` into ``table`` with TF-Agents' trajectory windows.
 
     Writes the items a :class:`ostinato.observers.TrajectoryObserver` (TF-Agents'
@@ -243,14 +268,22 @@ def push_rlds_to_table(rlds_data: Any, client: Any, table: Any, *, sequence_leng
       ostinato.errors.DeadlineExceededError: a wait took longer than ``timeout``.
       ValueError, tf.errors.InvalidArgumentError: as :func:`push_rlds_to_reverb`.
     """
-    sink = TableSink(client, table, sequence_length, stride_length, priority,
-                     pad_end_of_episodes, tile_end_of_episodes, timeout, max_pending_items,
-                     max_steps_per_second)
+    sink = TableSink(
+        client,
+        table,
+        sequence_length,
+        stride_length,
+        priority,
+        pad_end_of_episodes,
+        tile_end_of_episodes,
+        timeout,
+        max_pending_items,
+        max_steps_per_second,
+    )
 
     def push() -> int:
         names = [table] if isinstance(table, str) else list(table)
-        check_table_signature(table_signature(client, names[0], timeout), rlds_data,
-                              policy_info_fn)
+        check_table_signature(table_signature(client, names[0], timeout), rlds_data, policy_info_fn)
         return _push(rlds_data, sink, policy_info_fn, progress)
 
     return sink.run(push, keep_on=(ValueError, tf.errors.InvalidArgumentError))

@@ -11,8 +11,11 @@ def flat_paths(tree: Any) -> list[tuple[str, Any]]:
     """``(path, leaf)`` pairs, the path written ``observation/a`` (field names for tuples)."""
     fields = getattr(tree, "_fields", None)
     if fields is not None:
-        return [(f"{name}/{p}" if p else name, leaf)
-                for name, value in zip(fields, tree) for p, leaf in flat_paths(value)]
+        return [
+            (f"{name}/{p}" if p else name, leaf)
+            for name, value in zip(fields, tree)
+            for p, leaf in flat_paths(value)
+        ]
     paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False)
     return [("/".join(map(str, p)), leaf) for p, leaf in zip(paths, leaves)]
 
@@ -34,8 +37,7 @@ def spec_mismatch(table: Any, expected: Any, *, names: bool = False) -> str | No
     """
     a, b = flat_paths(table), flat_paths(expected)
     if len(a) != len(b):
-        return (f"the table has {len(a)} columns, the data gives {len(b)} "
-                f"({[p for p, _ in b]})")
+        return f"the table has {len(a)} columns, the data gives {len(b)} ({[p for p, _ in b]})"
     for (_, x), (path, y) in zip(a, b):
         lx, ly = leaf_spec(x), leaf_spec(y)
         if not names:

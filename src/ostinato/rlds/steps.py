@@ -24,10 +24,13 @@ FLAGS = ("is_first", "is_last", "is_terminal")
 
 # The conversion's checks, in TF-Agents' order (the first three are TF-Agents' messages).
 TERMINAL_NOT_LAST = "Terminal step must be the last step of an episode."
-MID_BEFORE_FIRST = ("Mid step should not be followed by a first step. The episode does not end "
-                    "with is_last:")
-LAST_NOT_BEFORE_FIRST = ("Last step of an episode must be followed by a first step. This step "
-                         "does not start an episode with is_first:")
+MID_BEFORE_FIRST = (
+    "Mid step should not be followed by a first step. The episode does not end with is_last:"
+)
+LAST_NOT_BEFORE_FIRST = (
+    "Last step of an episode must be followed by a first step. This step "
+    "does not start an episode with is_first:"
+)
 NO_START = "The episode does not start with is_first:"
 
 
@@ -65,14 +68,22 @@ class StepChunk:
         return len(self.episode)
 
     def take(self, index: Any) -> StepChunk:
-        return StepChunk(self.episode[index], self.step[index],
-                         {k: _tree_map(lambda a: a[index], v) for k, v in self.columns.items()})
+        return StepChunk(
+            self.episode[index],
+            self.step[index],
+            {k: _tree_map(lambda a: a[index], v) for k, v in self.columns.items()},
+        )
 
 
 def concat_steps(a: StepChunk, b: StepChunk) -> StepChunk:
-    return StepChunk(np.concatenate([a.episode, b.episode]), np.concatenate([a.step, b.step]),
-                     {k: _tree_map(lambda x, y: np.concatenate([x, y]), a.columns[k],
-                                   b.columns[k]) for k in a.columns})
+    return StepChunk(
+        np.concatenate([a.episode, b.episode]),
+        np.concatenate([a.step, b.step]),
+        {
+            k: _tree_map(lambda x, y: np.concatenate([x, y]), a.columns[k], b.columns[k])
+            for k in a.columns
+        },
+    )
 
 
 def padding_step(example: StepChunk) -> StepChunk:
@@ -109,9 +120,11 @@ def _flag(x: Any) -> np.ndarray:
 
 
 def _step_type(first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    return np.where(first, np.int32(StepType.FIRST),
-                    np.where(last, np.int32(StepType.LAST), np.int32(StepType.MID))
-                    ).astype(np.int32, copy=False)
+    return np.where(
+        first,
+        np.int32(StepType.FIRST),
+        np.where(last, np.int32(StepType.LAST), np.int32(StepType.MID)),
+    ).astype(np.int32, copy=False)
 
 
 def _first_error(cur: StepChunk, nxt: StepChunk) -> tuple[int, str] | None:
@@ -139,8 +152,13 @@ def _first_error(cur: StepChunk, nxt: StepChunk) -> tuple[int, str] | None:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def convert_pairs(cur: StepChunk, nxt: StepChunk, trajectory_cls: type = Trajectory, *,
-                  stack_dict_features: bool = True) -> TrajectoryChunk:
+def convert_pairs(
+    cur: StepChunk,
+    nxt: StepChunk,
+    trajectory_cls: type = Trajectory,
+    *,
+    stack_dict_features: bool = True,
+) -> TrajectoryChunk:
     """One trajectory per ``(cur[k], nxt[k])`` pair, with TF-Agents' rules (see
     :func:`ostinato.rlds.convert_rlds_to_trajectories`).
 
@@ -164,8 +182,14 @@ def convert_pairs(cur: StepChunk, nxt: StepChunk, trajectory_cls: type = Traject
         shape = complete.shape + (1,) * (discount.ndim - 1)
         discount = np.where(complete.reshape(shape), np.zeros((), discount.dtype), discount)
     trajectory = trajectory_cls(
-        step_type=step_type, observation=c["observation"], action=c["action"], policy_info=(),
-        next_step_type=next_step_type, reward=c["reward"], discount=discount)
+        step_type=step_type,
+        observation=c["observation"],
+        action=c["action"],
+        policy_info=(),
+        next_step_type=next_step_type,
+        reward=c["reward"],
+        discount=discount,
+    )
     return TrajectoryChunk(cur.episode, cur.step, trajectory, _first_error(cur, nxt))
 
 
@@ -193,13 +217,16 @@ class Converter:
         self._held = steps.take(slice(len(steps) - 1, None))
         if len(steps) == 1:
             return None
-        return convert_pairs(steps.take(slice(0, -1)), steps.take(slice(1, None)), self._cls,
-                             stack_dict_features=self._stack)
+        return convert_pairs(
+            steps.take(slice(0, -1)),
+            steps.take(slice(1, None)),
+            self._cls,
+            stack_dict_features=self._stack,
+        )
 
     def finish(self) -> TrajectoryChunk | None:
         """The last step's trajectory (its next step: the padding step), if there is one."""
         held, self._held = self._held, None
         if held is None:
             return None
-        return convert_pairs(held, padding_step(held), self._cls,
-                             stack_dict_features=self._stack)
+        return convert_pairs(held, padding_step(held), self._cls, stack_dict_features=self._stack)

@@ -32,8 +32,11 @@ def can_read_columns(rlds_data: Any) -> bool:
     for key in (*FLAGS, "discount"):
         if not isinstance(spec[key], tf.TensorSpec):
             return False
-    return all(tf.TensorShape(s.shape).is_fully_defined()
-               for key in STEP_FEATURES for s in tf.nest.flatten(spec[key]))
+    return all(
+        tf.TensorShape(s.shape).is_fully_defined()
+        for key in STEP_FEATURES
+        for s in tf.nest.flatten(spec[key])
+    )
 
 
 def _select(step: Mapping) -> dict:
@@ -50,6 +53,7 @@ def step_chunks(rlds_data: Any, read_batch: int = READ_BATCH) -> Iterator[StepCh
     # Extra step keys (which may not batch) are dropped first; without them no per-step map.
     extra = set(_step_spec(rlds_data)) - set(STEP_FEATURES)
     if _is_episodes(rlds_data):
+
         def episode_batches(i: Any, episode: Any) -> Any:
             steps = episode["steps"].map(_select) if extra else episode["steps"]
             return steps.batch(read_batch).map(lambda b: (i, b))
@@ -60,8 +64,11 @@ def step_chunks(rlds_data: Any, read_batch: int = READ_BATCH) -> Iterator[StepCh
             n = len(columns["is_first"])
             if i != current:
                 current, offset = int(i), 0
-            yield StepChunk(np.full(n, current, np.int64),
-                            np.arange(offset, offset + n, dtype=np.int64), columns)
+            yield StepChunk(
+                np.full(n, current, np.int64),
+                np.arange(offset, offset + n, dtype=np.int64),
+                columns,
+            )
             offset += n
         return
 

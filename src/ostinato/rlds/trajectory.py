@@ -12,8 +12,15 @@ from typing import Any, NamedTuple
 _log = logging.getLogger("ostinato.rlds")
 
 #: The keys every RLDS step must have, in TF-Agents' ``get_rlds_step_features()`` order.
-STEP_FEATURES = ("observation", "action", "reward", "discount", "is_first", "is_last",
-                 "is_terminal")
+STEP_FEATURES = (
+    "observation",
+    "action",
+    "reward",
+    "discount",
+    "is_first",
+    "is_last",
+    "is_terminal",
+)
 
 
 def get_rlds_step_features() -> list[str]:
@@ -85,14 +92,23 @@ def trajectory_class(*, import_tf_agents: bool = True) -> type:
     """
     global _tfa_failed
     module = sys.modules.get(_TFA_MODULE)
-    if module is None and not _tfa_failed and (
+    if (
+        module is None
+        and not _tfa_failed
+        and (
             "tf_agents" in sys.modules
-            or (import_tf_agents and importlib.util.find_spec("tf_agents") is not None)):
+            or (import_tf_agents and importlib.util.find_spec("tf_agents") is not None)
+        )
+    ):
         try:
             module = importlib.import_module(_TFA_MODULE)
         except Exception as e:  # noqa: BLE001 - any failure: ours is the same layout
             _tfa_failed = True
-            _log.warning("tf-agents is installed but %s could not be imported (%s); "
-                         "trajectories are ostinato.rlds.Trajectory", _TFA_MODULE, e)
+            _log.warning(
+                "tf-agents is installed but %s could not be imported (%s); "
+                "trajectories are ostinato.rlds.Trajectory",
+                _TFA_MODULE,
+                e,
+            )
     cls = getattr(module, "Trajectory", None) if module is not None else None
     return cls if isinstance(cls, type) else Trajectory

@@ -63,15 +63,21 @@ class Transport(abc.ABC):
     def sample(self, table: str, num_samples: int, deadline: Deadline) -> SampleBatch: ...
 
     @abc.abstractmethod
-    def update_priorities(self, table: str, keys: np.ndarray, priorities: np.ndarray,
-                          deadline: Deadline) -> int: ...
+    def update_priorities(
+        self, table: str, keys: np.ndarray, priorities: np.ndarray, deadline: Deadline
+    ) -> int: ...
 
     @abc.abstractmethod
     def delete(self, table: str, keys: np.ndarray, deadline: Deadline) -> int: ...
 
     @abc.abstractmethod
-    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
-                          deletes: Sequence[int] | None, deadline: Deadline) -> None: ...
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: dict[int, float] | None,
+        deletes: Sequence[int] | None,
+        deadline: Deadline,
+    ) -> None: ...
 
     @abc.abstractmethod
     def reset(self, table: str, deadline: Deadline) -> None: ...
@@ -88,8 +94,9 @@ class Transport(abc.ABC):
         raise errors.UnimplementedError(f"{type(self).__name__} does not report metrics")
 
     @abc.abstractmethod
-    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
-                      max_pending: int | None = None) -> WriterStream:
+    def writer_stream(
+        self, keep_keys: Callable[[], set[int]] | None = None, max_pending: int | None = None
+    ) -> WriterStream:
         """A :class:`~ostinato.transport.streams.WriterStream` for one writer.
 
         Args:

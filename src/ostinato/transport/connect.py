@@ -43,7 +43,8 @@ def _connect_one(address: str, options: dict[str, Any], in_process: bool | None)
             return InProcessTransport(server, address)
         if in_process:
             raise errors.UnavailableError(
-                f"No Ostinato server is running at {address} in this process.", address)
+                f"No Ostinato server is running at {address} in this process.", address
+            )
     from ostinato.wire.grpc_transport import ClientOptions, GrpcTransport
 
     return GrpcTransport(address, ClientOptions(**options))

@@ -33,8 +33,9 @@ class InProcessTransport(Transport):
 
     def _table(self, name: str) -> Table:
         if self._server.stopped:
-            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
-                                          self.address)
+            raise errors.UnavailableError(
+                f"The server at {self.address} has been stopped.", self.address
+            )
         t = self._server.tables_by_name.get(name)
         if t is None:
             raise errors.TableNotFoundError(name, list(self._server.tables_by_name))
@@ -42,8 +43,9 @@ class InProcessTransport(Transport):
 
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]:
         if self._server.stopped:
-            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
-                                          self.address)
+            raise errors.UnavailableError(
+                f"The server at {self.address} has been stopped.", self.address
+            )
         return {name: t.info for name, t in self._server.tables_by_name.items()}
 
     def table_meta(self, table: str, deadline: Deadline | None = None) -> TableMeta:
@@ -51,8 +53,14 @@ class InProcessTransport(Transport):
         meta = self._meta.get(table)
         if meta is None:
             t = self._table(table)
-            meta = TableMeta(t.name, t.flat_signature, t.signature, t.rejects_negative_priorities,
-                             t.max_times_sampled, t.sampler.deterministic)
+            meta = TableMeta(
+                t.name,
+                t.flat_signature,
+                t.signature,
+                t.rejects_negative_priorities,
+                t.max_times_sampled,
+                t.sampler.deterministic,
+            )
             self._meta[table] = meta
         return meta
 
@@ -68,15 +76,21 @@ class InProcessTransport(Transport):
     def sample(self, table: str, num_samples: int, deadline: Deadline) -> SampleBatch:
         return self._table(table).sample(num_samples, deadline.remaining())
 
-    def update_priorities(self, table: str, keys: np.ndarray, priorities: np.ndarray,
-                          deadline: Deadline) -> int:
+    def update_priorities(
+        self, table: str, keys: np.ndarray, priorities: np.ndarray, deadline: Deadline
+    ) -> int:
         return self._table(table).update_priorities(keys, priorities)
 
     def delete(self, table: str, keys: np.ndarray, deadline: Deadline) -> int:
         return self._table(table).delete(keys)
 
-    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
-                          deletes: Sequence[int] | None, deadline: Deadline) -> None:
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: dict[int, float] | None,
+        deletes: Sequence[int] | None,
+        deadline: Deadline,
+    ) -> None:
         self._table(table).mutate_priorities(updates, deletes)
 
     def reset(self, table: str, deadline: Deadline) -> None:
@@ -87,12 +101,14 @@ class InProcessTransport(Transport):
 
     def metrics(self, deadline: Deadline) -> dict[str, Any]:
         if self._server.stopped:
-            raise errors.UnavailableError(f"The server at {self.address} has been stopped.",
-                                          self.address)
+            raise errors.UnavailableError(
+                f"The server at {self.address} has been stopped.", self.address
+            )
         return self._server.metrics()
 
-    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
-                      max_pending: int | None = None) -> Delivery:
+    def writer_stream(
+        self, keep_keys: Callable[[], set[int]] | None = None, max_pending: int | None = None
+    ) -> Delivery:
         """Items go straight into the tables; those the rate limiter holds back wait in one
         queue delivered by one thread (:class:`~ostinato.transport.streams.Delivery`)."""
         return Delivery(self, DEFAULT_MAX_PENDING_ITEMS if max_pending is None else max_pending)

@@ -47,7 +47,8 @@ def split_addresses(server_address: str | list[str] | tuple[str, ...]) -> list[s
     if not isinstance(server_address, str) or not server_address.strip(", "):
         raise ValueError(
             f"server_address ({server_address!r}) must be 'host:port', a comma-separated list "
-            "of them, or a list of them")
+            "of them, or a list of them"
+        )
     return [a.strip() for a in server_address.split(",") if a.strip()]
 
 
@@ -70,9 +71,9 @@ def is_loopback(address: str) -> bool:
         return True
     for prefix in ("dns:///", "ipv4:", "ipv6:"):
         if a.startswith(prefix):
-            a = a[len(prefix):]
+            a = a[len(prefix) :]
     if a.startswith("["):
-        host = a[1:a.find("]")] if "]" in a else a[1:]
+        host = a[1 : a.find("]")] if "]" in a else a[1:]
     else:
         host = a.rsplit(":", 1)[0] if a.count(":") == 1 else a
     return is_loopback_host(host)
@@ -85,8 +86,9 @@ def _is_this_host(host: str) -> bool:
 def port_is_free(host: str, port: int) -> bool:
     """True if nothing listens on ``port`` for the addresses ``host`` resolves to."""
     try:
-        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except socket.gaierror:
         return True  # let gRPC report the bad host
     for family, kind, proto, _, addr in infos:

@@ -94,8 +94,9 @@ class ShardedTransport(Transport):
             return [fn(s) for s in self.shards]
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=min(16, len(self.shards)),
-                                                    thread_name_prefix="ostinato-shards")
+                self._executor = ThreadPoolExecutor(
+                    max_workers=min(16, len(self.shards)), thread_name_prefix="ostinato-shards"
+                )
             executor = self._executor
         return list(executor.map(fn, self.shards))
 
@@ -110,7 +111,8 @@ class ShardedTransport(Transport):
             parts = [i[name] for i in infos if name in i]
             if len(parts) != len(infos):
                 raise errors.FailedPreconditionError(
-                    f"table {name!r} is missing on some shards of {self.address}")
+                    f"table {name!r} is missing on some shards of {self.address}"
+                )
             rl = first.rate_limiter_info
             merged[name] = dataclasses.replace(
                 first,
@@ -121,10 +123,13 @@ class ShardedTransport(Transport):
                 rate_limiter_info=dataclasses.replace(
                     rl,
                     insert_stats=RateLimiterCallStats(
-                        sum(p.rate_limiter_info.insert_stats.completed for p in parts)),
+                        sum(p.rate_limiter_info.insert_stats.completed for p in parts)
+                    ),
                     sample_stats=RateLimiterCallStats(
-                        sum(p.rate_limiter_info.sample_stats.completed for p in parts)),
-                    delete_count=sum(p.rate_limiter_info.delete_count for p in parts)),
+                        sum(p.rate_limiter_info.sample_stats.completed for p in parts)
+                    ),
+                    delete_count=sum(p.rate_limiter_info.delete_count for p in parts),
+                ),
             )
         return merged
 
@@ -134,8 +139,9 @@ class ShardedTransport(Transport):
     def healthy(self) -> bool:
         return all(s.healthy() for s in self.shards)
 
-    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
-                      max_pending: int | None = None) -> WriterStream:
+    def writer_stream(
+        self, keep_keys: Callable[[], set[int]] | None = None, max_pending: int | None = None
+    ) -> WriterStream:
         return self.shards[self._next()].writer_stream(keep_keys, max_pending)
 
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
@@ -170,15 +176,18 @@ class ShardedTransport(Transport):
             raise errors.InvalidArgumentError(f"Priority must not be NaN (table {table!r}).")
         if self.table_meta(table).reject_negative and (p < 0).any():
             raise errors.InvalidArgumentError(
-                f"Priority must not be negative (got {p[p < 0][0]} for table {table!r}).")
+                f"Priority must not be negative (got {p[p < 0][0]} for table {table!r})."
+            )
 
-    def update_priorities(self, table: str, keys: Any, priorities: np.ndarray,
-                          deadline: Deadline) -> int:
+    def update_priorities(
+        self, table: str, keys: Any, priorities: np.ndarray, deadline: Deadline
+    ) -> int:
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
         k = key_array(keys)
         if len(k) != len(p):
             raise errors.InvalidArgumentError(
-                f"keys ({len(k)}) and priorities ({len(p)}) must have the same length")
+                f"keys ({len(k)}) and priorities ({len(p)}) must have the same length"
+            )
         self._check_priorities(table, p)
         known, unknown = self._split(k)
         total = 0
@@ -200,8 +209,13 @@ class ShardedTransport(Transport):
             total += sum(self._each(lambda s: s.delete(table, ku, deadline)))
         return total
 
-    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
-                          deletes: Sequence[int] | None, deadline: Deadline) -> None:
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: dict[int, float] | None,
+        deletes: Sequence[int] | None,
+        deadline: Deadline,
+    ) -> None:
         if updates:
             p = np.fromiter(updates.values(), dtype=np.float64, count=len(updates))
             self._check_priorities(table, p)  # before the deletes: nothing changes on a bad one

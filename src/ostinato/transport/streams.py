@@ -112,25 +112,39 @@ class Delivery:
             items = items[done:]
         with self._cv:
             q = self._queue
-            wait_for(self._cv, lambda: len(q) < self._max or self._error is not None, deadline,
-                     lambda: errors.DeadlineExceededError(
-                         f"{len(q)} items are waiting for their tables' rate limiters "
-                         f"(max_pending_items={self._max})."), self._raise_error, 0.5)
+            wait_for(
+                self._cv,
+                lambda: len(q) < self._max or self._error is not None,
+                deadline,
+                lambda: errors.DeadlineExceededError(
+                    f"{len(q)} items are waiting for their tables' rate limiters "
+                    f"(max_pending_items={self._max})."
+                ),
+                self._raise_error,
+                0.5,
+            )
             self._queue.extend((table, it) for it in items)
             self._queued_at.append((time.monotonic(), len(items)))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ostinato-writer",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="ostinato-writer", daemon=True
+                )
                 self._thread.start()
             self._cv.notify_all()
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
         with self._cv:
             q = self._queue
-            wait_for(self._cv, lambda: len(q) <= n, deadline,
-                     lambda: errors.DeadlineExceededError(
-                         f"{what}: {len(q)} items are not yet in their tables."),
-                     self._raise_error, 0.05)
+            wait_for(
+                self._cv,
+                lambda: len(q) <= n,
+                deadline,
+                lambda: errors.DeadlineExceededError(
+                    f"{what}: {len(q)} items are not yet in their tables."
+                ),
+                self._raise_error,
+                0.05,
+            )
 
     def close(self) -> int:
         with self._cv:
@@ -147,7 +161,8 @@ class Delivery:
     def _raise_error(self) -> None:
         if self._error is not None:
             raise errors.FailedPreconditionError(
-                f"The writer could not deliver an item and stopped: {self._error}") from self._error
+                f"The writer could not deliver an item and stopped: {self._error}"
+            ) from self._error
 
     def _run(self) -> None:
         """Delivers queued items in order, waiting on the rate limiter in short slices."""

@@ -81,7 +81,7 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
     hlen = int.from_bytes(data[4:8], "little")
     if hlen > len(data) - 8:
         raise DecodeError(f"framed message header of {hlen} bytes exceeds the message")
-    body = unpack(data[8:8 + hlen])
+    body = unpack(data[8 : 8 + hlen])
     if not isinstance(body, dict):
         raise DecodeError("framed message header must be a map")
     segs = body.get(seg_field, [])
@@ -100,9 +100,9 @@ def unpack_framed(data: bytes, seg_field: str = "seg") -> Any:
                 base = prefaulted_copy.address_of(data)
             seg["b"] = prefaulted_copy.copy_out(data, base, off, z)
         elif type(data) is bytes:
-            seg["b"] = data[off:off + z]
+            seg["b"] = data[off : off + z]
         else:
-            seg["b"] = bytes(memoryview(data)[off:off + z])
+            seg["b"] = bytes(memoryview(data)[off : off + z])
         del seg["z"]
         off += z
     if off != len(data):
@@ -165,12 +165,24 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryvi
     return RAW, payload
 
 
-def make_segment(key: int, episode_id: int, start: int, rows: np.ndarray, compress: bool,
-                 ring_ref: list[int] | None = None) -> dict:
+def make_segment(
+    key: int,
+    episode_id: int,
+    start: int,
+    rows: np.ndarray,
+    compress: bool,
+    ring_ref: list[int] | None = None,
+) -> dict:
     """A segment carrying ``rows`` inline (``b``), or, given ``ring_ref`` = ``[offset, length]``
     of raw rows already in the writer's shared-memory ring, referring to them (``m``)."""
-    seg = {"k": key, "e": episode_id, "s": start, "n": int(rows.shape[0]),
-           "d": dtype_to_str(rows.dtype), "h": list(rows.shape[1:])}
+    seg = {
+        "k": key,
+        "e": episode_id,
+        "s": start,
+        "n": int(rows.shape[0]),
+        "d": dtype_to_str(rows.dtype),
+        "h": list(rows.shape[1:]),
+    }
     if ring_ref is not None:
         seg["c"], seg["m"] = RAW, ring_ref
     else:
@@ -273,8 +285,14 @@ def check_strings(payload: bytes, count: int) -> None:
     Raises:
       DecodeError: the payload is not such a list.
     """
-    u = msgpack.Unpacker(raw=False, max_array_len=0, max_map_len=0, max_ext_len=0,
-                         max_buffer_size=max(len(payload), 1), strict_map_key=False)
+    u = msgpack.Unpacker(
+        raw=False,
+        max_array_len=0,
+        max_map_len=0,
+        max_ext_len=0,
+        max_buffer_size=max(len(payload), 1),
+        strict_map_key=False,
+    )
     u.feed(payload)
     try:
         n = u.read_array_header()
@@ -283,8 +301,9 @@ def check_strings(payload: bytes, count: int) -> None:
         for i in range(n):
             x = u.unpack()
             if not isinstance(x, (bytes, str)):
-                raise DecodeError(f"string segment element {i} is a {type(x).__name__}, "
-                                  "not bytes or str")
+                raise DecodeError(
+                    f"string segment element {i} is a {type(x).__name__}, not bytes or str"
+                )
         rest = len(payload) - u.tell()
     except DecodeError:
         raise
@@ -305,8 +324,10 @@ def safe_decompress(payload: bytes, expect: int | None, limit: int) -> bytes:
         raise DecodeError(f"corrupt compressed segment: {e}") from None
     bound = expect if expect is not None else limit
     if size < 0 or size > bound or (expect is not None and size != expect):
-        raise DecodeError(f"compressed segment announces {size} bytes, expected "
-                          f"{'at most ' if expect is None else ''}{bound}")
+        raise DecodeError(
+            f"compressed segment announces {size} bytes, expected "
+            f"{'at most ' if expect is None else ''}{bound}"
+        )
     try:
         out = _zstd_decompressor().decompress(payload, max_output_size=bound)
     except zstandard.ZstdError as e:
@@ -325,15 +346,23 @@ def to_raw(seg: Segment, limit: int = 2**31) -> Segment:
     the rows a sample needs out of a segment without decoding anything)."""
     if seg.codec == RAW:
         return seg
-    payload = safe_decompress(seg.payload, _expected_bytes(seg.dtype, seg.nrows, seg.row_shape),
-                              limit)
+    payload = safe_decompress(
+        seg.payload, _expected_bytes(seg.dtype, seg.nrows, seg.row_shape), limit
+    )
     raw = dict(seg.raw, c=RAW, b=payload)
-    return Segment(seg.key, seg.episode_id, seg.start, seg.nrows, seg.dtype, seg.row_shape, RAW,
-                   payload, raw)
+    return Segment(
+        seg.key, seg.episode_id, seg.start, seg.nrows, seg.dtype, seg.row_shape, RAW, payload, raw
+    )
 
 
-def decode_payload(codec: int, payload: bytes, dtype: np.dtype, row_shape: tuple[int, ...],
-                   nrows: int, limit: int = 2**31) -> np.ndarray:
+def decode_payload(
+    codec: int,
+    payload: bytes,
+    dtype: np.dtype,
+    row_shape: tuple[int, ...],
+    nrows: int,
+    limit: int = 2**31,
+) -> np.ndarray:
     if codec == ZSTD:
         payload = safe_decompress(payload, _expected_bytes(dtype, nrows, row_shape), limit)
     if dtype.kind == "O":

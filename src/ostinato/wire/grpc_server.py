@@ -23,14 +23,16 @@ class GrpcServer:
       server: The ``grpc.aio.Server``.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread,
-                 server: Any) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, thread: threading.Thread, server: Any
+    ) -> None:
         self.loop, self.thread, self.server = loop, thread, server
 
     def stop(self, grace: float = 1.0, timeout: float = 3.0) -> None:
         """Stops serving (calls in flight get ``grace`` seconds), then the loop. Idempotent."""
         if self.loop.is_closed():
             return
+
         async def shutdown() -> None:
             await self.server.stop(grace)
             me = asyncio.current_task()
@@ -56,11 +58,16 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
     finally:
         loop.close()
 
-def serve(handlers: list[grpc.GenericRpcHandler], target: str, *,
-          options: list[tuple[str, Any]] | None = None, tls: Any = None,
-          on_start: Callable[[asyncio.AbstractEventLoop], Any] | None = None,
-          registered: tuple[str, dict[str, grpc.RpcMethodHandler]] | None = None,
-          ) -> tuple[GrpcServer, int]:
+
+def serve(
+    handlers: list[grpc.GenericRpcHandler],
+    target: str,
+    *,
+    options: list[tuple[str, Any]] | None = None,
+    tls: Any = None,
+    on_start: Callable[[asyncio.AbstractEventLoop], Any] | None = None,
+    registered: tuple[str, dict[str, grpc.RpcMethodHandler]] | None = None,
+) -> tuple[GrpcServer, int]:
     """Serves ``handlers`` (async handlers, as :class:`ReplayService` makes) with a
     ``grpc.aio`` server on an event loop in a new thread.
 

@@ -113,16 +113,21 @@ class GrpcTransport(Transport):
             self._channel = grpc.insecure_channel(address, options=chan_opts)
         self._metadata = (("authorization", f"Bearer {o.token}"),) if o.token else ()
         ident = None
-        self._calls = {name: self._channel.unary_unary(protocol.method_path(name), ident, ident)
-                       for name in protocol.UNARY_METHODS}
-        self._insert = self._channel.stream_stream(protocol.method_path(protocol.INSERT_METHOD),
-                                                   ident, ident)
+        self._calls = {
+            name: self._channel.unary_unary(protocol.method_path(name), ident, ident)
+            for name in protocol.UNARY_METHODS
+        }
+        self._insert = self._channel.stream_stream(
+            protocol.method_path(protocol.INSERT_METHOD), ident, ident
+        )
         self._meta: dict[str, TableMeta] = {}
         self._closed = False
         want = o.shared_memory
         #: Whether writer streams offer the server a shared-memory ring (cleared, with the
         #: reason in ``shm_refused``, when a server or this machine refuses one).
-        self.use_shm = shm.available() and (want is True or (want is None and registry.is_loopback(address)))
+        self.use_shm = shm.available() and (
+            want is True or (want is None and registry.is_loopback(address))
+        )
         self.shm_refused: str | None = None
 
     # -- unary calls with retry on UNAVAILABLE ---------------------------------------------------
@@ -131,7 +136,8 @@ class GrpcTransport(Transport):
         if len(payload) > self.options.max_message_bytes:
             raise errors.InvalidArgumentError(
                 f"{name} request of {len(payload)} bytes exceeds max_message_bytes "
-                f"({self.options.max_message_bytes})")
+                f"({self.options.max_message_bytes})"
+            )
         give_up = Deadline.after(self.options.unavailable_timeout)
         # Control calls answer in milliseconds; without a deadline of their own they get one,
         # so that a server that stops answering (frozen, unreachable) cannot hang them.
@@ -142,17 +148,23 @@ class GrpcTransport(Transport):
         while True:
             r = deadline.remaining()
             try:
-                raw = self._calls[name](payload, timeout=r, metadata=self._metadata,
-                                        wait_for_ready=False)
+                raw = self._calls[name](
+                    payload, timeout=r, metadata=self._metadata, wait_for_ready=False
+                )
                 return codec.unpack(raw)
             except grpc.RpcError as e:
                 err = self.rpc_error(e)
                 if implicit and isinstance(err, errors.DeadlineExceededError):
                     raise errors.UnavailableError(
                         f"Server at {self.address} did not answer {name} within "
-                        f"{max(self.options.unavailable_timeout, 1.0):g} s", self.address) from None
-                if not isinstance(err, errors.UnavailableError) or self._closed \
-                        or isinstance(err, TLSMismatchError):
+                        f"{max(self.options.unavailable_timeout, 1.0):g} s",
+                        self.address,
+                    ) from None
+                if (
+                    not isinstance(err, errors.UnavailableError)
+                    or self._closed
+                    or isinstance(err, TLSMismatchError)
+                ):
                     raise err from None
                 if give_up.expired() or deadline.expired():
                     raise err from None
@@ -169,8 +181,9 @@ class GrpcTransport(Transport):
         ``unavailable_timeout``."""
         out = from_rpc_error(err, self.address)
         if isinstance(out, errors.UnavailableError):
-            return tls_mismatch(err, self.address, self.options.root_certificates is not None) \
-                or out
+            return (
+                tls_mismatch(err, self.address, self.options.root_certificates is not None) or out
+            )
         return out
 
     def server_info(self, deadline: Deadline) -> dict[str, TableInfo]:
@@ -193,7 +206,9 @@ class GrpcTransport(Transport):
             except errors.DeadlineExceededError:
                 raise errors.UnavailableError(
                     f"Server at {self.address} did not answer within "
-                    f"{max(self.options.unavailable_timeout, 1.0):g} s", self.address) from None
+                    f"{max(self.options.unavailable_timeout, 1.0):g} s",
+                    self.address,
+                ) from None
             meta = self._meta.get(table)
             if meta is None:
                 raise errors.TableNotFoundError(table, list(infos))
@@ -206,29 +221,41 @@ class GrpcTransport(Transport):
         resp = self._call("Sample", msg, Deadline.never() if r is None else Deadline.after(r + 5))
         return protocol.parse_sample_reply(resp)
 
-    def update_priorities(self, table: str, keys: Any, priorities: np.ndarray,
-                          deadline: Deadline) -> int:
+    def update_priorities(
+        self, table: str, keys: Any, priorities: np.ndarray, deadline: Deadline
+    ) -> int:
         k = key_array(keys)
         p = np.asarray(priorities, dtype="<f8").reshape(-1)
         if len(k) != len(p):
             raise errors.InvalidArgumentError(
-                f"keys ({len(k)}) and priorities ({len(p)}) must have the same length")
-        resp = self._call("Mutate", protocol.mutate_request(table, update_keys=k, priorities=p),
-                          deadline)
+                f"keys ({len(k)}) and priorities ({len(p)}) must have the same length"
+            )
+        resp = self._call(
+            "Mutate", protocol.mutate_request(table, update_keys=k, priorities=p), deadline
+        )
         return protocol.parse_mutate_reply(resp)[1]
 
     def delete(self, table: str, keys: Any, deadline: Deadline) -> int:
-        resp = self._call("Mutate", protocol.mutate_request(table, delete_keys=key_array(keys)),
-                          deadline)
+        resp = self._call(
+            "Mutate", protocol.mutate_request(table, delete_keys=key_array(keys)), deadline
+        )
         return protocol.parse_mutate_reply(resp)[0]
 
-    def mutate_priorities(self, table: str, updates: dict[int, float] | None,
-                          deletes: Sequence[int] | None, deadline: Deadline) -> None:
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: dict[int, float] | None,
+        deletes: Sequence[int] | None,
+        deadline: Deadline,
+    ) -> None:
         msg = protocol.mutate_request(
-            table, delete_keys=key_array(list(deletes)) if deletes else None,
+            table,
+            delete_keys=key_array(list(deletes)) if deletes else None,
             update_keys=key_array(list(updates.keys())) if updates else None,
             priorities=np.fromiter(updates.values(), dtype="<f8", count=len(updates))
-            if updates else None)
+            if updates
+            else None,
+        )
         self._call("Mutate", msg, deadline)
 
     def reset(self, table: str, deadline: Deadline) -> None:
@@ -242,8 +269,9 @@ class GrpcTransport(Transport):
         return protocol.parse_stats_reply(self._call("Stats", protocol.stats_request(), deadline))
 
     # -- inserts ----------------------------------------------------------------------------------
-    def writer_stream(self, keep_keys: Callable[[], set[int]] | None = None,
-                      max_pending: int | None = None) -> GrpcWriterStream:
+    def writer_stream(
+        self, keep_keys: Callable[[], set[int]] | None = None, max_pending: int | None = None
+    ) -> GrpcWriterStream:
         return GrpcWriterStream(self, keep_keys, max_pending)
 
     def open_insert(self, requests: Iterator[bytes]) -> Any:
@@ -264,7 +292,15 @@ class GrpcTransport(Transport):
 
 
 def _meta_from_info(i: TableInfo) -> TableMeta:
-    prio = "prioritized" in (i.sampler_options.WhichOneof("distribution"),
-                             i.remover_options.WhichOneof("distribution"))
-    return TableMeta(i.name, flatten_signature(i.signature), i.signature, prio,
-                     i.max_times_sampled, i.sampler_options.is_deterministic)
+    prio = "prioritized" in (
+        i.sampler_options.WhichOneof("distribution"),
+        i.remover_options.WhichOneof("distribution"),
+    )
+    return TableMeta(
+        i.name,
+        flatten_signature(i.signature),
+        i.signature,
+        prio,
+        i.max_times_sampled,
+        i.sampler_options.is_deterministic,
+    )

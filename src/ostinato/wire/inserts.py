@@ -65,8 +65,14 @@ class InsertSession:
         declares before anything is decompressed, copied from a ring or decoded.
     """
 
-    def __init__(self, table: Callable[[str], Any], max_bytes: int, shared_memory: bool,
-                 stats: StreamStats, max_inflated_bytes: int | None = None):
+    def __init__(
+        self,
+        table: Callable[[str], Any],
+        max_bytes: int,
+        shared_memory: bool,
+        stats: StreamStats,
+        max_inflated_bytes: int | None = None,
+    ):
         self._table = table
         self._max_bytes = max_bytes
         self._max_inflated = max_bytes if max_inflated_bytes is None else max_inflated_bytes
@@ -136,12 +142,14 @@ class InsertSession:
                 raise errors.ResourceExhaustedError(
                     f"Insert request rows would expand to more than max_inflated_bytes "
                     f"({limit}) of this server (at least {total} bytes); send fewer rows "
-                    "per request or raise Server(max_inflated_bytes=...)")
+                    "per request or raise Server(max_inflated_bytes=...)"
+                )
         if self._held + total > STREAM_HELD_FACTOR * limit:
             raise errors.ResourceExhaustedError(
                 f"Insert stream would hold {self._held + total} bytes of rows, more than "
                 f"{STREAM_HELD_FACTOR} x max_inflated_bytes ({limit}) of this server; keep "
-                "fewer chunks alive for later items or raise Server(max_inflated_bytes=...)")
+                "fewer chunks alive for later items or raise Server(max_inflated_bytes=...)"
+            )
 
     # -- rows ------------------------------------------------------------------------------------
     def _read_ring(self, req: InsertRequest) -> None:
@@ -160,14 +168,17 @@ class InsertSession:
             if isinstance(m, dict) and "m" in m:
                 ref = m.pop("m")
                 if self._ring is None:
-                    raise DecodeError("a segment refers to a shared-memory ring the stream has not described")
+                    raise DecodeError(
+                        "a segment refers to a shared-memory ring the stream has not described"
+                    )
                 if not isinstance(ref, list) or len(ref) != 2:
                     raise DecodeError("segment field 'm' must be [offset, length]")
                 if type(ref[1]) is int and ref[1] > self._max_bytes:
                     # The same limit (and error) as for rows sent inline.
                     raise errors.ResourceExhaustedError(
                         f"segment in shared memory larger than max ({ref[1]} vs. "
-                        f"{self._max_bytes}) bytes per message of this server")
+                        f"{self._max_bytes}) bytes per message of this server"
+                    )
                 try:
                     m["b"] = self._ring.read(ref[0], ref[1])
                 except ShmError as e:
@@ -184,8 +195,13 @@ class InsertSession:
             if c is None:
                 spec = (seg.dtype, seg.row_shape)
                 spec = self._specs.setdefault(spec, spec)
-                c = Chunk(seg.key, SegmentedRows(seg.dtype, seg.row_shape), seg.episode_id,
-                          nbytes=0, spec=spec)
+                c = Chunk(
+                    seg.key,
+                    SegmentedRows(seg.dtype, seg.row_shape),
+                    seg.episode_id,
+                    nbytes=0,
+                    spec=spec,
+                )
                 chunks[seg.key] = c
             c.data.add(seg)
             c.nbytes += len(seg.payload)
@@ -213,7 +229,9 @@ class InsertSession:
             work.append((table, (key, float(prio), packed, squeeze)))
         return work
 
-    def _store(self, work: list[tuple[Any, Any]], is_active: Callable[[], bool]) -> Iterator[int | None]:
+    def _store(
+        self, work: list[tuple[Any, Any]], is_active: Callable[[], bool]
+    ) -> Iterator[int | None]:
         def gone() -> bool:
             return not is_active()
 
@@ -232,8 +250,7 @@ class InsertSession:
             wait = 0.0  # first without waiting: what is admitted now is acked before we wait
             while rest:
                 try:
-                    table.insert_many(rest, Deadline.after(wait), assign=False,
-                                      cancelled=gone)
+                    table.insert_many(rest, Deadline.after(wait), assign=False, cancelled=gone)
                     n += len(rest)
                     rest = []
                 except errors.CancelledError as e:
@@ -273,8 +290,14 @@ class InsertSession:
             if type(col) is list and len(col) == 3:  # fast path: one slice
                 ck, off, ln = col
                 c = chunks.get(ck) if type(ck) is int else None
-                if c is not None and type(off) is int and type(ln) is int and off >= 0 \
-                        and ln >= 1 and off + ln <= c.data.end:
+                if (
+                    c is not None
+                    and type(off) is int
+                    and type(ln) is int
+                    and off >= 0
+                    and ln >= 1
+                    and off + ln <= c.data.end
+                ):
                     columns.append(((c, off, ln),))
                     continue
             if not isinstance(col, list) or not col or len(col) % 3:
@@ -284,11 +307,20 @@ class InsertSession:
                 ck, off, ln = col[i], col[i + 1], col[i + 2]
                 c = chunks.get(ck) if isinstance(ck, int) else None
                 if c is None:
-                    raise DecodeError(f"item refers to chunk {ck!r}, which this stream did not send")
-                if not isinstance(off, int) or not isinstance(ln, int) or off < 0 or ln < 1 \
-                        or off + ln > c.data.end:
-                    raise DecodeError(f"item refers to rows [{off}, {off}+{ln}) of chunk {ck}, "
-                                      f"which has {c.data.end} rows")
+                    raise DecodeError(
+                        f"item refers to chunk {ck!r}, which this stream did not send"
+                    )
+                if (
+                    not isinstance(off, int)
+                    or not isinstance(ln, int)
+                    or off < 0
+                    or ln < 1
+                    or off + ln > c.data.end
+                ):
+                    raise DecodeError(
+                        f"item refers to rows [{off}, {off}+{ln}) of chunk {ck}, "
+                        f"which has {c.data.end} rows"
+                    )
                 slices.append((c, off, ln))
             columns.append(slices)
         squeeze = items_lib.intern_squeeze(sq)
@@ -298,7 +330,6 @@ class InsertSession:
         if all(len(c) == 1 for c in columns):
             return tuple([x for c in columns for x in c[0]]), squeeze
         return items_lib.pack(columns), squeeze
-
 
     def _check_signature(self, table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
         """Raises unless the item's columns match the table's signature (remembered per

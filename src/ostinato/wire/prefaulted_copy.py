@@ -64,7 +64,7 @@ def copy_out(buf: Any, base: int, offset: int, n: int) -> bytes:
     """
     global _populate
     if _API is None or n < MIN_BYTES:
-        return bytes(memoryview(buf)[offset:offset + n])
+        return bytes(memoryview(buf)[offset : offset + n])
     new, as_string, madvise = _API
     out = new(None, n)  # uninitialised; nobody else can see it before it is returned
     dst = as_string(out)
@@ -75,7 +75,6 @@ def copy_out(buf: Any, base: int, offset: int, n: int) -> bytes:
             _populate = False  # an older kernel (EINVAL): the copy faults pages in as usual
     ctypes.memmove(dst, base + offset, n)  # a foreign call: the GIL is released meanwhile
     return out
-
 
 
 def pread_out(fd: int, offset: int, n: int) -> bytes:

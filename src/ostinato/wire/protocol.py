@@ -132,7 +132,8 @@ def sample_reply(batch: items_lib.SampleBatch) -> dict:
 def sample_reply_data_bytes(reply: dict) -> int:
     """Bytes of row data a sample reply carries."""
     return sum(len(c["b"]) for c in reply.get("cols", ())) + sum(
-        len(g["b"]) for g in reply.get("segs", ()))
+        len(g["b"]) for g in reply.get("segs", ())
+    )
 
 
 def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
@@ -214,8 +215,9 @@ def _with_segments(batch: items_lib.SampleBatch) -> dict:
                             segs.append(seg.raw)
                         flat += (idx, local, n)
                 else:  # written in-process: encode just the rows needed
-                    seg = codec.make_segment(chunk.key, chunk.episode_id, off, data[off:off + ln],
-                                             compress=True)
+                    seg = codec.make_segment(
+                        chunk.key, chunk.episode_id, off, data[off : off + ln], compress=True
+                    )
                     flat += (len(segs), 0, ln)
                     segs.append(seg)
             cols.append(flat)
@@ -243,8 +245,9 @@ def parse_sample_reply(resp: Any) -> items_lib.SampleBatch:
                 arr = np.frombuffer(col["b"], dtype=dtype.newbyteorder("<"))
                 arr = arr.reshape((n, *shape) if s else (n, ln, *shape))
                 columns.append(arr.astype(dtype.newbyteorder("="), copy=False))
-            return items_lib.SampleBatch(keys, probs, sizes, prios, times, [], [sq] * n,
-                                         columns=columns)
+            return items_lib.SampleBatch(
+                keys, probs, sizes, prios, times, [], [sq] * n, columns=columns
+            )
         if len(resp["items"]) != n:
             raise DecodeError("sample response fields differ in length")
         chunks = []
@@ -257,8 +260,9 @@ def parse_sample_reply(resp: Any) -> items_lib.SampleBatch:
         for cols in resp["items"]:
             columns = []
             for flat in cols:
-                columns.append([(chunks[flat[j]], flat[j + 1], flat[j + 2])
-                                for j in range(0, len(flat), 3)])
+                columns.append(
+                    [(chunks[flat[j]], flat[j + 1], flat[j + 2]) for j in range(0, len(flat), 3)]
+                )
             trajs.append(items_lib.pack(columns))
         squeeze = [items_lib.intern_squeeze(s) for s in resp["sq"]]
     except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -269,9 +273,13 @@ def parse_sample_reply(resp: Any) -> items_lib.SampleBatch:
 
 
 # -- Mutate ----------------------------------------------------------------------------------------
-def mutate_request(table: str, *, delete_keys: np.ndarray | None = None,
-                   update_keys: np.ndarray | None = None,
-                   priorities: np.ndarray | None = None) -> dict:
+def mutate_request(
+    table: str,
+    *,
+    delete_keys: np.ndarray | None = None,
+    update_keys: np.ndarray | None = None,
+    priorities: np.ndarray | None = None,
+) -> dict:
     msg: dict[str, Any] = {"t": table}
     if delete_keys is not None:
         msg["d"] = np.asarray(delete_keys, dtype="<u8").tobytes()
@@ -368,7 +376,8 @@ def parse_stats_reply(msg: Any) -> dict:
         if isinstance(v, list):
             budget[0] -= len(v)
             if budget[0] < 0 or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
+            ):
                 raise DecodeError(f"Stats field {where!r} must be a list of numbers")
             return
         if isinstance(v, dict) and depth < _STATS_DEPTH:
@@ -396,8 +405,14 @@ def parse_server_info_reply(msg: Any) -> list[TableInfo]:
 
 
 # -- Insert ----------------------------------------------------------------------------------------
-def insert_request(segments: list[dict], tables: list[str], items: list[list[Any]],
-                   keep: list[int], retried: list[int], ring: dict | None) -> bytes:
+def insert_request(
+    segments: list[dict],
+    tables: list[str],
+    items: list[list[Any]],
+    keep: list[int],
+    retried: list[int],
+    ring: dict | None,
+) -> bytes:
     """A framed Insert request (segment payloads outside the msgpack header, see
     :func:`~ostinato.wire.codec.pack_framed`).
 

@@ -34,7 +34,9 @@ class SegmentedRows:
 
     def add(self, seg: Segment) -> None:
         if seg.start != self.end:
-            raise DecodeError(f"chunk {seg.key}: segment starts at row {seg.start}, expected {self.end}")
+            raise DecodeError(
+                f"chunk {seg.key}: segment starts at row {seg.start}, expected {self.end}"
+            )
         if seg.dtype != self.dtype or seg.row_shape != self.row_shape:
             raise DecodeError(f"chunk {seg.key}: segment dtype/shape differs from earlier segments")
         self.segments.append(seg)
@@ -59,7 +61,9 @@ class SegmentedRows:
     # -- the row-source protocol (ostinato.core.chunks.RowSource) ---------------------------------
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` decoded (only the segments that hold them)."""
-        parts = [seg.decode()[local:local + n] for seg, local, n in self.covering(start, stop - start)]
+        parts = [
+            seg.decode()[local : local + n] for seg, local, n in self.covering(start, stop - start)
+        ]
         if not parts:
             return np.empty((0, *self.row_shape), dtype=self.dtype)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -70,9 +74,11 @@ class SegmentedRows:
         rb = self.row_nbytes
         segs = self.segments
         if len(segs) == 1:  # the common case: one segment holds the whole chunk
-            return segs[0].payload[start * rb:stop * rb]
-        parts = [seg.payload[local * rb:(local + k) * rb]
-                 for seg, local, k in self.covering(start, stop - start)]
+            return segs[0].payload[start * rb : stop * rb]
+        parts = [
+            seg.payload[local * rb : (local + k) * rb]
+            for seg, local, k in self.covering(start, stop - start)
+        ]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def as_array(self) -> np.ndarray:

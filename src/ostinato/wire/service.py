@@ -79,11 +79,17 @@ class ReplayService:
       requests: requests and bytes served (:class:`RequestStats`).
     """
 
-    def __init__(self, server: Any, *, token: str | None = None,
-                 max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
-                 shared_memory: bool = True, max_workers: int = 64,
-                 max_streams: int = DEFAULT_MAX_STREAMS,
-                 idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS):
+    def __init__(
+        self,
+        server: Any,
+        *,
+        token: str | None = None,
+        max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
+        shared_memory: bool = True,
+        max_workers: int = 64,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS,
+    ):
         self._server = server
         self._token = token
         self._max_bytes = max_message_bytes
@@ -102,12 +108,15 @@ class ReplayService:
         # busy insert threads a ServerInfo waited up to 2 s). Waits (a rate limiter) hold a
         # thread too, so the bounds are not 1.
         self.pools = {
-            "data": futures.ThreadPoolExecutor(min(max_workers, DATA_THREADS),
-                                               thread_name_prefix="ostinato-rpc-data"),
-            "sample": futures.ThreadPoolExecutor(min(max_workers, SAMPLE_THREADS),
-                                                 thread_name_prefix="ostinato-rpc-sample"),
-            "control": futures.ThreadPoolExecutor(CONTROL_THREADS,
-                                                  thread_name_prefix="ostinato-rpc-control"),
+            "data": futures.ThreadPoolExecutor(
+                min(max_workers, DATA_THREADS), thread_name_prefix="ostinato-rpc-data"
+            ),
+            "sample": futures.ThreadPoolExecutor(
+                min(max_workers, SAMPLE_THREADS), thread_name_prefix="ostinato-rpc-sample"
+            ),
+            "control": futures.ThreadPoolExecutor(
+                CONTROL_THREADS, thread_name_prefix="ostinato-rpc-control"
+            ),
         }
 
     @property
@@ -165,7 +174,8 @@ class ReplayService:
                     out = work(raw, gone)
                 else:
                     out = await asyncio.get_running_loop().run_in_executor(
-                        executor, work, raw, gone)
+                        executor, work, raw, gone
+                    )
             except asyncio.CancelledError:
                 stats.record(name, "CANCELLED", len(raw), 0)
                 gone.set()
@@ -178,6 +188,7 @@ class ReplayService:
                 raise  # unreachable: abort raises
             stats.record(name, "OK", len(raw), len(out))
             return out
+
         return handler
 
     def method_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
@@ -185,14 +196,18 @@ class ReplayService:
         ident = None  # bytes in, bytes out
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn), pool))
-            for name, fn, pool in (("Sample", "sample", "sample"),
-                                   ("Mutate", "mutate", "control"),
-                                   ("Reset", "reset", "control"),
-                                   ("ServerInfo", "server_info", "loop"),
-                                   ("Checkpoint", "checkpoint", "control"),
-                                   ("Stats", "stats", "control"))}
+            for name, fn, pool in (
+                ("Sample", "sample", "sample"),
+                ("Mutate", "mutate", "control"),
+                ("Reset", "reset", "control"),
+                ("ServerInfo", "server_info", "loop"),
+                ("Checkpoint", "checkpoint", "control"),
+                ("Stats", "stats", "control"),
+            )
+        }
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
-            self.insert, ident, ident)
+            self.insert, ident, ident
+        )
         return handlers
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
@@ -216,8 +231,9 @@ class ReplayService:
 
     # -- insert -------------------------------------------------------------------------------
     @staticmethod
-    def _drain(acks: Iterator[int | None], loop: asyncio.AbstractEventLoop,
-               queue: asyncio.Queue) -> None:
+    def _drain(
+        acks: Iterator[int | None], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue
+    ) -> None:
         """In the data pool: runs a request's store to its end, handing each ack (or the
         error) to the loop."""
         put = queue.put_nowait
@@ -231,8 +247,9 @@ class ReplayService:
         finally:
             loop.call_soon_threadsafe(put, _DONE)
 
-    async def _acks(self, session: InsertSession, raw: bytes,
-                    gone: Gone) -> AsyncIterator[int | None]:
+    async def _acks(
+        self, session: InsertSession, raw: bytes, gone: Gone
+    ) -> AsyncIterator[int | None]:
         """Stores one request; yields its acks. A small request is handled on the loop until
         it would wait for a rate limiter (most never do: no thread hand-off, no queue); a
         large one, one whose rows come from a shared-memory ring, and the waiting rest of any
@@ -287,11 +304,20 @@ class ReplayService:
                 self.streams.active_streams += 1
         if full:
             stats.record(method, "RESOURCE_EXHAUSTED", 0, 0)
-            await abort_with(context, errors.ResourceExhaustedError(
-                f"this server has {self._max_streams} insert streams open (max_streams); "
-                "try again later or raise Server(max_streams=...)"))
-        session = InsertSession(self._table, self._max_bytes, self._shared_memory, self.streams,
-                                getattr(self._server, "max_inflated_bytes", None))
+            await abort_with(
+                context,
+                errors.ResourceExhaustedError(
+                    f"this server has {self._max_streams} insert streams open (max_streams); "
+                    "try again later or raise Server(max_streams=...)"
+                ),
+            )
+        session = InsertSession(
+            self._table,
+            self._max_bytes,
+            self._shared_memory,
+            self.streams,
+            getattr(self._server, "max_inflated_bytes", None),
+        )
         gone = self._gone(context)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -365,11 +391,14 @@ class ReplayService:
         gone.on_set(table.wake)
         batch = self._wait_slices(
             lambda s: table.sample(n, s, cancelled=gone.is_set, linger=SAMPLE_LINGER_SECONDS),
-            req.timeout_ms, gone)
+            req.timeout_ms,
+            gone,
+        )
         reply = protocol.sample_reply(batch)
         size = protocol.sample_reply_data_bytes(reply)
-        self._item_bytes[table.name] = max(size / max(len(batch), 1),
-                                           0.5 * self._item_bytes.get(table.name, 0))
+        self._item_bytes[table.name] = max(
+            size / max(len(batch), 1), 0.5 * self._item_bytes.get(table.name, 0)
+        )
         return reply
 
     # -- the rest ---------------------------------------------------------------------------------
@@ -403,17 +432,30 @@ def _raise_if_bad_tls(tls: Any) -> None:
         raise ValueError(f"tls: {problem}")
 
 
-
-def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
-                      tls: Any, max_message_bytes: int, max_workers: int,
-                      shared_memory: bool = True, max_streams: int = DEFAULT_MAX_STREAMS,
-                      idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS,
-                      ) -> tuple[GrpcServer, int, ReplayService]:
+def start_grpc_server(
+    server: Any,
+    host: str,
+    port: int,
+    *,
+    token: str | None,
+    tls: Any,
+    max_message_bytes: int,
+    max_workers: int,
+    shared_memory: bool = True,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    idle_stream_seconds: float | None = DEFAULT_IDLE_STREAM_SECONDS,
+) -> tuple[GrpcServer, int, ReplayService]:
     """Starts serving; returns (grpc server, bound port, service). Raises ValueError if the
     port cannot be bound."""
-    service = ReplayService(server, token=token, max_message_bytes=max_message_bytes,
-                            shared_memory=shared_memory, max_workers=max_workers,
-                            max_streams=max_streams, idle_stream_seconds=idle_stream_seconds)
+    service = ReplayService(
+        server,
+        token=token,
+        max_message_bytes=max_message_bytes,
+        shared_memory=shared_memory,
+        max_workers=max_workers,
+        max_streams=max_streams,
+        idle_stream_seconds=idle_stream_seconds,
+    )
     options = [
         ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
         ("grpc.keepalive_time_ms", 10_000),
@@ -427,10 +469,15 @@ def start_grpc_server(server: Any, host: str, port: int, *, token: str | None,
     ]
     try:
         grpc_server, bound = serve(
-            [service.generic_handler()], f"{host}:{port}", options=options, tls=tls,
+            [service.generic_handler()],
+            f"{host}:{port}",
+            options=options,
+            tls=tls,
             registered=(protocol.SERVICE, service.method_handlers()),
-            on_start=lambda loop: setattr(service, "sweeper", loop.create_task(
-                service.sweep_idle())))
+            on_start=lambda loop: setattr(
+                service, "sweeper", loop.create_task(service.sweep_idle())
+            ),
+        )
     except ValueError as e:
         service.shutdown()
         _raise_if_bad_tls(tls)

@@ -66,8 +66,11 @@ _NAME = re.compile(r"ostinato-[0-9a-f]{32}")
 
 def available() -> bool:
     """True where rings can be created (Linux with a writable ``/dev/shm``)."""
-    return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR) \
+    return (
+        sys.platform.startswith("linux")
+        and os.path.isdir(SHM_DIR)
         and os.access(SHM_DIR, os.W_OK | os.X_OK)
+    )
 
 
 class Ring:
@@ -98,15 +101,19 @@ class Ring:
         try:
             os.posix_fallocate(fd, 0, size)
             # Populated up front: one bulk fault instead of one per page on first use.
-            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mm = mmap.mmap(
+                fd,
+                size,
+                flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
         except OSError as e:
             os.close(fd)
             self.unlink()
             raise ShmError(f"cannot reserve {size} bytes in {SHM_DIR}: {e}") from None
         os.close(fd)
-        self._mm[:len(MAGIC)] = MAGIC
-        self._mm[len(MAGIC):len(MAGIC) + NONCE_BYTES] = self.nonce
+        self._mm[: len(MAGIC)] = MAGIC
+        self._mm[len(MAGIC) : len(MAGIC) + NONCE_BYTES] = self.nonce
         self._view = memoryview(self._mm)
 
     def descriptor(self) -> dict:
@@ -142,7 +149,7 @@ class Ring:
             self._head = off + n
             self._used = used + cost
         start = HEADER_BYTES + off
-        self._view[start:start + n] = mv
+        self._view[start : start + n] = mv
         return start, cost
 
     def release(self, cost: int) -> None:
@@ -194,8 +201,13 @@ class Mapping:
         if not HEADER_BYTES < size <= MAX_RING_BYTES:
             raise ShmError(f"ring size {size} out of range")
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) \
+        flags = (
+            os.O_RDONLY
+            | os.O_NOFOLLOW
+            | os.O_NONBLOCK
+            | getattr(os, "O_CLOEXEC", 0)
             | getattr(os, "O_NOCTTY", 0)
+        )
         try:
             fd = os.open(path, flags)
         except OSError as e:
@@ -212,7 +224,7 @@ class Mapping:
         except BaseException:
             os.close(fd)
             raise
-        if head[:len(MAGIC)] != MAGIC or not secrets.compare_digest(head[len(MAGIC):], nonce):
+        if head[: len(MAGIC)] != MAGIC or not secrets.compare_digest(head[len(MAGIC) :], nonce):
             os.close(fd)
             raise ShmError(f"{path} does not hold the ring the client described")
         try:  # the client's copy of the name is no longer needed: nothing can leak now
@@ -231,8 +243,12 @@ class Mapping:
           ShmError: the reference lies outside the ring, the ring is closed, or the file
             holds fewer bytes than the reference needs (the client truncated it).
         """
-        if type(offset) is not int or type(n) is not int \
-                or not HEADER_BYTES <= offset <= self.size or not 0 <= n <= self.size - offset:
+        if (
+            type(offset) is not int
+            or type(n) is not int
+            or not HEADER_BYTES <= offset <= self.size
+            or not 0 <= n <= self.size - offset
+        ):
             raise ShmError(f"ring reference ({offset!r}, {n!r}) lies outside the ring")
         with self._lock:
             fd = self._fd

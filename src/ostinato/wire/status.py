@@ -39,10 +39,17 @@ _TO_CODE: list[tuple[type[BaseException], grpc.StatusCode]] = [
 
 #: Names the client may rebuild (only Ostinato's own classes).
 _BY_NAME: dict[str, type[errors.ReverbError]] = {
-    c.__name__: c for c in (
-        errors.RateLimiterTimeout, errors.DeadlineExceededError, errors.TableNotFoundError,
-        errors.CancelledError, errors.UnavailableError, errors.FailedPreconditionError,
-        errors.ResourceExhaustedError, errors.InvalidArgumentError)
+    c.__name__: c
+    for c in (
+        errors.RateLimiterTimeout,
+        errors.DeadlineExceededError,
+        errors.TableNotFoundError,
+        errors.CancelledError,
+        errors.UnavailableError,
+        errors.FailedPreconditionError,
+        errors.ResourceExhaustedError,
+        errors.InvalidArgumentError,
+    )
 }
 
 _FROM_CODE: dict[grpc.StatusCode, type[errors.ReverbError]] = {
@@ -71,8 +78,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple[tuple[st
     name = type(exc).__name__ if type(exc).__name__ in _BY_NAME else ""
     if isinstance(exc, errors.TableNotFoundError):
         meta: tuple[tuple[str, str], ...] = (
-            (ERROR_KEY, name), ("ostinato-table", quote(exc.table, safe="")),
-            ("ostinato-available", ",".join(quote(a, safe="") for a in exc.available)))
+            (ERROR_KEY, name),
+            ("ostinato-table", quote(exc.table, safe="")),
+            ("ostinato-available", ",".join(quote(a, safe="") for a in exc.available)),
+        )
     else:
         meta = ((ERROR_KEY, name),)
     return code_for(exc), str(exc) or type(exc).__name__, meta
@@ -103,7 +112,9 @@ def from_rpc_error(err: grpc.RpcError, address: str) -> errors.ReverbError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return errors.DeadlineExceededError(f"Call to {address} exceeded its deadline: {details}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        return errors.FailedPreconditionError(f"Server at {address} rejected the credentials: {details}")
+        return errors.FailedPreconditionError(
+            f"Server at {address} rejected the credentials: {details}"
+        )
     fallback = _FROM_CODE.get(code)
     if fallback is not None and fallback is not errors.TableNotFoundError:
         return fallback(details)
@@ -156,14 +167,17 @@ def tls_mismatch(err: grpc.RpcError, address: str, client_tls: bool) -> TLSMisma
             return TLSMismatchError(
                 f"Server at {address} does not speak TLS (it answered the TLS handshake in "
                 "plaintext), but this client was given root_certificates: drop them, or start "
-                f"the server with tls=ServerTLS(...). gRPC: {details}", address)
+                f"the server with tls=ServerTLS(...). gRPC: {details}",
+                address,
+            )
         return None
     if "Socket closed" in details and speaks_tls(address):
         return TLSMismatchError(
             f"Server at {address} expects TLS, but this client connects without it: pass "
             "root_certificates=<PEM of the CA that signed the server's certificate> (and "
             f"tls_server_name if the address is not in the certificate). gRPC: {details}",
-            address)
+            address,
+        )
     return None
 
 

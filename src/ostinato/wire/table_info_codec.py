@@ -20,9 +20,12 @@ from ostinato.errors import DecodeError
 
 
 def encode_options(o: KeyDistributionOptions) -> dict:
-    return {"which": o.WhichOneof("distribution"),
-            "exp": o.prioritized.priority_exponent if o.prioritized else None,
-            "min_heap": o.heap.min_heap if o.heap else None, "det": o.is_deterministic}
+    return {
+        "which": o.WhichOneof("distribution"),
+        "exp": o.prioritized.priority_exponent if o.prioritized else None,
+        "min_heap": o.heap.min_heap if o.heap else None,
+        "det": o.is_deterministic,
+    }
 
 
 def decode_options(m: Any) -> KeyDistributionOptions:
@@ -35,8 +38,9 @@ def decode_options(m: Any) -> KeyDistributionOptions:
             raise DecodeError("bad priority exponent")
         return KeyDistributionOptions(prioritized=PrioritizedOptions(float(exp)))
     if which == "heap":
-        return KeyDistributionOptions(heap=HeapOptions(bool(m.get("min_heap"))),
-                                      is_deterministic=True)
+        return KeyDistributionOptions(
+            heap=HeapOptions(bool(m.get("min_heap"))), is_deterministic=True
+        )
     if which in ("fifo", "lifo", "uniform"):
         return KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
     raise DecodeError(f"unknown selector {which!r}")
@@ -45,13 +49,24 @@ def decode_options(m: Any) -> KeyDistributionOptions:
 def encode_table_info(i: TableInfo) -> dict:
     r = i.rate_limiter_info
     return {
-        "name": i.name, "sampler": encode_options(i.sampler_options),
-        "remover": encode_options(i.remover_options), "max_size": i.max_size,
+        "name": i.name,
+        "sampler": encode_options(i.sampler_options),
+        "remover": encode_options(i.remover_options),
+        "max_size": i.max_size,
         "max_times_sampled": i.max_times_sampled,
-        "rl": [r.samples_per_insert, r.min_diff, r.max_diff, r.min_size_to_sample,
-               r.insert_stats.completed, r.sample_stats.completed, r.delete_count],
-        "signature": signature_to_data(i.signature), "current_size": i.current_size,
-        "num_episodes": i.num_episodes, "num_deleted_episodes": i.num_deleted_episodes,
+        "rl": [
+            r.samples_per_insert,
+            r.min_diff,
+            r.max_diff,
+            r.min_size_to_sample,
+            r.insert_stats.completed,
+            r.sample_stats.completed,
+            r.delete_count,
+        ],
+        "signature": signature_to_data(i.signature),
+        "current_size": i.current_size,
+        "num_episodes": i.num_episodes,
+        "num_deleted_episodes": i.num_deleted_episodes,
         "num_unique_samples": i.num_unique_samples,
     }
 
@@ -60,15 +75,26 @@ def decode_table_info(m: dict) -> TableInfo:
     try:
         rl = m["rl"]
         return TableInfo(
-            name=m["name"], sampler_options=decode_options(m["sampler"]),
-            remover_options=decode_options(m["remover"]), max_size=m["max_size"],
+            name=m["name"],
+            sampler_options=decode_options(m["sampler"]),
+            remover_options=decode_options(m["remover"]),
+            max_size=m["max_size"],
             max_times_sampled=m["max_times_sampled"],
-            rate_limiter_info=RateLimiterInfo(rl[0], rl[1], rl[2], rl[3],
-                                              RateLimiterCallStats(rl[4]),
-                                              RateLimiterCallStats(rl[5]), rl[6]),
-            signature=signature_from_data(m["signature"]), current_size=m["current_size"],
-            num_episodes=m["num_episodes"], num_deleted_episodes=m["num_deleted_episodes"],
-            num_unique_samples=m["num_unique_samples"])
+            rate_limiter_info=RateLimiterInfo(
+                rl[0],
+                rl[1],
+                rl[2],
+                rl[3],
+                RateLimiterCallStats(rl[4]),
+                RateLimiterCallStats(rl[5]),
+                rl[6],
+            ),
+            signature=signature_from_data(m["signature"]),
+            current_size=m["current_size"],
+            num_episodes=m["num_episodes"],
+            num_deleted_episodes=m["num_deleted_episodes"],
+            num_unique_samples=m["num_unique_samples"],
+        )
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, DecodeError):
             raise

@@ -93,12 +93,14 @@ class RequestEncoder:
         ring = self._ring_for(rows.nbytes) if rows.dtype.kind != "O" else None
         put = ring.put(rows) if ring is not None and rows.flags.c_contiguous else None
         if put is not None:
-            return codec.make_segment(chunk.key, chunk.episode_id, start, rows, False,
-                                      ring_ref=[put[0], rows.nbytes]), put[1]
+            return codec.make_segment(
+                chunk.key, chunk.episode_id, start, rows, False, ring_ref=[put[0], rows.nbytes]
+            ), put[1]
         return codec.make_segment(chunk.key, chunk.episode_id, start, rows, self._compress), 0
 
-    def encode(self, batch: list[Entry], retry: set[int],
-               keep: set[int]) -> tuple[bytes, int, list[Entry]]:
+    def encode(
+        self, batch: list[Entry], retry: set[int], keep: set[int]
+    ) -> tuple[bytes, int, list[Entry]]:
         """The request for a prefix of ``batch``: returns (message, ring bytes it holds until
         acknowledged, the items left for the next request).
 
@@ -176,12 +178,14 @@ class RequestEncoder:
         if self._ring is not None and not self._ring_described:
             ring = self._ring.descriptor()
             self._ring_described = True
-        msg = protocol.insert_request(segs, list(tables), items,
-                                      [k for k in keep if k in sent_rows], retried, ring)
+        msg = protocol.insert_request(
+            segs, list(tables), items, [k for k in keep if k in sent_rows], retried, ring
+        )
         if len(msg) > self._t.options.max_message_bytes:
             raise errors.InvalidArgumentError(
                 f"an insert request of {len(msg)} bytes exceeds max_message_bytes "
-                f"({self._t.options.max_message_bytes}); lower the writer's batch or raise the limit")
+                f"({self._t.options.max_message_bytes}); lower the writer's batch or raise the limit"
+            )
         return msg, ring_cost, rest
 
 
@@ -197,8 +201,12 @@ class GrpcWriterStream:
     call ends (and its threads); the next item opens a new one.
     """
 
-    def __init__(self, transport: Any, keep_keys: Callable[[], set[int]] | None,
-                 max_pending: int | None = None):
+    def __init__(
+        self,
+        transport: Any,
+        keep_keys: Callable[[], set[int]] | None,
+        max_pending: int | None = None,
+    ):
         self._t = transport
         self._keep_keys = keep_keys or (lambda: set())
         self._max = transport.options.max_in_flight_items if max_pending is None else max_pending
@@ -222,16 +230,23 @@ class GrpcWriterStream:
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         out = self._out
         with self._cv:
-            wait_for(self._cv, lambda: out.pending() + len(items) <= self._max or not out.pending(),
-                     deadline, lambda: errors.RateLimiterTimeout(
-                         f"{out.pending()} items are waiting for the server at {self._t.address} "
-                         "to accept them (its rate limiter or the network is slower than the "
-                         "writer)."), self._raise_error)
+            wait_for(
+                self._cv,
+                lambda: out.pending() + len(items) <= self._max or not out.pending(),
+                deadline,
+                lambda: errors.RateLimiterTimeout(
+                    f"{out.pending()} items are waiting for the server at {self._t.address} "
+                    "to accept them (its rate limiter or the network is slower than the "
+                    "writer)."
+                ),
+                self._raise_error,
+            )
             was_empty = not out.queue
             out.queue.extend((table, it) for it in items)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ostinato-insert",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="ostinato-insert", daemon=True
+                )
                 self._thread.start()
             if was_empty:
                 # Only the request generator waits for queued items, and only while the queue
@@ -241,10 +256,16 @@ class GrpcWriterStream:
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
         out = self._out
         with self._cv:
-            wait_for(self._cv, lambda: out.pending() <= n, deadline,
-                     lambda: errors.DeadlineExceededError(
-                         f"{what}: {out.pending()} items not yet confirmed by the server at "
-                         f"{self._t.address}."), self._raise_error)
+            wait_for(
+                self._cv,
+                lambda: out.pending() <= n,
+                deadline,
+                lambda: errors.DeadlineExceededError(
+                    f"{what}: {out.pending()} items not yet confirmed by the server at "
+                    f"{self._t.address}."
+                ),
+                self._raise_error,
+            )
 
     def close(self) -> int:
         with self._cv:
@@ -299,8 +320,11 @@ class GrpcWriterStream:
             if isinstance(failure, _RingRefused) and not self._closed:
                 self._requeue()  # at once, with the rows inline this time
                 continue
-            if isinstance(failure, errors.UnavailableError) and not self._closed \
-                    and not isinstance(failure, TLSMismatchError):
+            if (
+                isinstance(failure, errors.UnavailableError)
+                and not self._closed
+                and not isinstance(failure, TLSMismatchError)
+            ):
                 give_up = give_up or Deadline.after(self._t.options.unavailable_timeout)
                 if not give_up.expired():
                     self._requeue()
@@ -333,8 +357,7 @@ class GrpcWriterStream:
         if self._closed:
             return None
         # The server ended the stream: reconnect and resend what is unconfirmed.
-        return errors.UnavailableError(f"insert stream to {self._t.address} ended",
-                                       self._t.address)
+        return errors.UnavailableError(f"insert stream to {self._t.address} ended", self._t.address)
 
     def _requeue(self) -> None:
         with self._cv:
@@ -352,8 +375,11 @@ class GrpcWriterStream:
         idle_since: float | None = None
         while True:
             with self._cv:
-                while (not out.queue or len(out.in_flight) >= self._max_requests) \
-                        and not self._closed and not stop.is_set():
+                while (
+                    (not out.queue or len(out.in_flight) >= self._max_requests)
+                    and not self._closed
+                    and not stop.is_set()
+                ):
                     if out.n_in_flight == 0:
                         now = time.monotonic()
                         idle_since = idle_since or now
@@ -373,13 +399,17 @@ class GrpcWriterStream:
                 batch = out.take()
                 queued = out.queued_chunk_keys()
             try:
-                msg, ring_cost, rest = self._encoder.encode(batch, out.retry_keys,
-                                                            self._keep_keys() | queued)
+                msg, ring_cost, rest = self._encoder.encode(
+                    batch, out.retry_keys, self._keep_keys() | queued
+                )
             except BaseException as e:  # noqa: BLE001 - reported by the thread reading acks
                 with self._cv:
                     out.n_encoding = 0
-                    failure = e if isinstance(e, errors.ReverbError) else \
-                        errors.ReverbError(f"writer stream failed: {e!r}")
+                    failure = (
+                        e
+                        if isinstance(e, errors.ReverbError)
+                        else errors.ReverbError(f"writer stream failed: {e!r}")
+                    )
                     self._call_error = self._call_error or failure
                     self._error = failure  # before a waiter can see nothing pending
                     stop.set()
@@ -427,8 +457,11 @@ class GrpcWriterStream:
             if reason is not None:
                 self._t.use_shm = False
                 self._t.shm_refused = reason
-                _log.info("server %s refused a shared-memory ring (%s); sending rows inline",
-                          self._t.address, reason)
+                _log.info(
+                    "server %s refused a shared-memory ring (%s); sending rows inline",
+                    self._t.address,
+                    reason,
+                )
                 self._fail_call(_RingRefused(reason))
             elif not stop.is_set() or self._out.in_flight:
                 self._fail_call(self._t.rpc_error(e))

@@ -62,7 +62,8 @@ def to_array(value: Any, column: Any = None) -> np.ndarray:
                 if not isinstance(x, (bytes, str)):
                     raise ValueError(
                         f"column {_column_name(column)}: an object array may hold only bytes "
-                        f"or str (TensorFlow's string), got {type(x).__name__} {x!r:.60}")
+                        f"or str (TensorFlow's string), got {type(x).__name__} {x!r:.60}"
+                    )
             flat = [x.encode() if isinstance(x, str) else x for x in flat]
         out = np.empty(len(flat), dtype=object)
         out[:] = flat
@@ -70,7 +71,8 @@ def to_array(value: Any, column: Any = None) -> np.ndarray:
     if kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
         raise ValueError(
             f"column {_column_name(column)}: dtype {arr.dtype} is not supported (columns hold "
-            "bool, integer, floating-point, complex or string values)")
+            "bool, integer, floating-point, complex or string values)"
+        )
     return arr
 
 
@@ -82,9 +84,25 @@ def _column_name(column: Any) -> str:
     return str(column)
 
 
-_FAST_TYPES = frozenset({np.ndarray, np.float32, np.float64, np.float16, np.int8, np.int16, np.int32,
-                         np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
-                         np.complex64, np.complex128})
+_FAST_TYPES = frozenset(
+    {
+        np.ndarray,
+        np.float32,
+        np.float64,
+        np.float16,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.bool_,
+        np.complex64,
+        np.complex128,
+    }
+)
 
 
 class CellRef:
@@ -132,8 +150,9 @@ class ColumnChunker:
       max_chunk_length: rows per chunk, or ``None`` to size chunks by bytes.
     """
 
-    def __init__(self, path: tuple[Any, ...], num_keep_alive_refs: int,
-                 max_chunk_length: int | None = None):
+    def __init__(
+        self, path: tuple[Any, ...], num_keep_alive_refs: int, max_chunk_length: int | None = None
+    ):
         self.path = path
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
@@ -159,10 +178,12 @@ class ColumnChunker:
         if arr.dtype != self.dtype:
             return ValueError(
                 f"Tensor of wrong dtype provided for column {self.path}. Got "
-                f"{dtype_name(arr.dtype)} but expected {dtype_name(self.dtype)}.")
+                f"{dtype_name(arr.dtype)} but expected {dtype_name(self.dtype)}."
+            )
         return ValueError(
             f"Tensor of incompatible shape provided for column {self.path}. Got "
-            f"{shape_str(arr.shape)} which is incompatible with {shape_str(self.shape)}.")
+            f"{shape_str(arr.shape)} which is incompatible with {shape_str(self.shape)}."
+        )
 
     def _start_chunk(self, episode_id: int) -> None:
         self._trim_current()
@@ -179,8 +200,8 @@ class ColumnChunker:
                 self._block_code = register_block(self._block)
             start = self._block_next
             self._block_next = start + rows
-            self._buf = self._block[start:start + rows]
-            view = self._block_ro[start:start + rows]  # type: ignore[index]
+            self._buf = self._block[start : start + rows]
+            view = self._block_ro[start : start + rows]  # type: ignore[index]
             origin = None if self._block_code is None else (self._block_code, start)
             self._chunk_start = start
         else:
@@ -189,8 +210,9 @@ class ColumnChunker:
             view.flags.writeable = False
             origin = None
             self._chunk_start = None
-        self._chunk = Chunk(new_key(), view, episode_id, nbytes=view.nbytes, spec=self._spec,
-                            origin=origin)
+        self._chunk = Chunk(
+            new_key(), view, episode_id, nbytes=view.nbytes, spec=self._spec, origin=origin
+        )
         self._n = 0
         self._episode = episode_id
 
@@ -205,7 +227,7 @@ class ColumnChunker:
             if start is not None:  # carved out of the block
                 if self._block_next == start + self._rows:
                     self._block_next = start + n
-                chunk.data = self._block_ro[start:start + n]  # type: ignore[index]
+                chunk.data = self._block_ro[start : start + n]  # type: ignore[index]
                 chunk.nbytes = chunk.data.nbytes
             elif n < self._rows // 2:
                 data = np.array(self._buf[:n])  # type: ignore[index]
@@ -239,10 +261,17 @@ class ColumnChunker:
             if arr.shape != self.shape or self._n >= self._rows or self._episode != episode_id:
                 self._slow_path(arr, episode_id)
         else:
-            arr = value if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU" \
+            arr = (
+                value
+                if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
                 else to_array(value, self.path)
-            if arr.dtype != self.dtype or arr.shape != self.shape or self._n >= self._rows \
-                    or self._episode != episode_id:
+            )
+            if (
+                arr.dtype != self.dtype
+                or arr.shape != self.shape
+                or self._n >= self._rows
+                or self._episode != episode_id
+            ):
                 self._slow_path(arr, episode_id)
         n = self._n
         if self._object_scalar:

@@ -23,16 +23,23 @@ class TrajectoryColumn:
 
     __slots__ = ("_refs", "_squeeze", "_path", "_run")
 
-    def __init__(self, data_references: Sequence[CellRef | None], *, squeeze: bool = False,
-                 path: tuple[Any, ...] | None = None):
+    def __init__(
+        self,
+        data_references: Sequence[CellRef | None],
+        *,
+        squeeze: bool = False,
+        path: tuple[Any, ...] | None = None,
+    ):
         refs = tuple(data_references)
         if squeeze and len(refs) != 1:
             raise ValueError(
-                f"Columns must contain exactly one data reference when squeeze set, got {len(refs)}")
+                f"Columns must contain exactly one data reference when squeeze set, got {len(refs)}"
+            )
         if None in refs:
             raise ValueError(
                 "TrajectoryColumns cannot contain any None data references: TrajectoryColumn at "
-                f"path {path} got {list(refs)}.")
+                f"path {path} got {list(refs)}."
+            )
         self._refs = refs
         self._squeeze = squeeze
         self._path = path
@@ -59,7 +66,9 @@ class TrajectoryColumn:
             return col
         if isinstance(index, list):
             return TrajectoryColumn([self._refs[i] for i in index], path=self._path)
-        raise TypeError(f"TrajectoryColumn indices must be integers, slices or lists, not {type(index).__name__}")
+        raise TypeError(
+            f"TrajectoryColumn indices must be integers, slices or lists, not {type(index).__name__}"
+        )
 
     @property
     def shape(self) -> tuple[int | None, ...]:
@@ -76,19 +85,24 @@ class TrajectoryColumn:
         """The column's data as a new array (stacked over steps unless squeezed)."""
         if any(r.expired for r in self._refs):
             raise RuntimeError(
-                "Cannot convert TrajectoryColumn with expired data references to numpy array.")
+                "Cannot convert TrajectoryColumn with expired data references to numpy array."
+            )
         if self._squeeze:
             return self._refs[0].numpy()
         return np.stack([r.chunk.data[r.offset] for r in self._refs])
 
     def __repr__(self) -> str:
-        return f"TrajectoryColumn(len={len(self._refs)}, squeeze={self._squeeze}, path={self._path})"
+        return (
+            f"TrajectoryColumn(len={len(self._refs)}, squeeze={self._squeeze}, path={self._path})"
+        )
 
 
 _new_column = object.__new__
 
 
-def _run_column(refs: tuple[CellRef, ...], squeeze: bool, path: tuple[Any, ...]) -> TrajectoryColumn:
+def _run_column(
+    refs: tuple[CellRef, ...], squeeze: bool, path: tuple[Any, ...]
+) -> TrajectoryColumn:
     """A column of the newest consecutive refs of a history, which the caller has checked
     (no ``None``; one ref when squeezed), built without ``__init__``'s checks."""
     col = _new_column(TrajectoryColumn)
@@ -169,8 +183,13 @@ class ColumnHistory:
                 ref = buf[index]
                 if ref is not None:
                     return _run_column((ref,), True, self._path)
-        if type(index) is slice and index.step is None and index.stop is None \
-                and type(index.start) is int and index.start < 0:
+        if (
+            type(index) is slice
+            and index.step is None
+            and index.stop is None
+            and type(index.start) is int
+            and index.start < 0
+        ):
             # Fast path for the common ``h[-k:]`` (the newest k steps).
             buf = self._buf
             k = -index.start
@@ -192,13 +211,18 @@ class ColumnHistory:
                 raise ValueError(
                     "TrajectoryColumns cannot contain any None data references: TrajectoryColumn "
                     f"at path {self._path + (index,)} got [None] (the step is older than the "
-                    "writer keeps, or the column was not written at that step).")
+                    "writer keeps, or the column was not written at that step)."
+                )
             return TrajectoryColumn((ref,), squeeze=True, path=self._path)
         if isinstance(index, slice):
             n = self._offset + len(self._buf)
             start, stop, step = index.indices(n)
             if step == 1 and start >= self._offset:
-                refs = list(itertools.islice(self._buf, start - self._offset, max(start, stop) - self._offset))
+                refs = list(
+                    itertools.islice(
+                        self._buf, start - self._offset, max(start, stop) - self._offset
+                    )
+                )
             else:
                 refs = [self._ref(i) for i in range(start, stop, step)]
             col = TrajectoryColumn(refs, path=self._path)
@@ -207,7 +231,8 @@ class ColumnHistory:
         if isinstance(index, list):
             return TrajectoryColumn([self._ref(self._resolve(i)) for i in index], path=self._path)
         raise TypeError(
-            f"_ColumnHistory indices must be integers or slices, not {type(index).__name__}")
+            f"_ColumnHistory indices must be integers or slices, not {type(index).__name__}"
+        )
 
     def __iter__(self) -> Iterator[CellRef | None]:
         return itertools.chain(itertools.repeat(None, self._offset), self._buf)

@@ -30,27 +30,43 @@ class Writer:
         (``None`` = 1,000,000).
     """
 
-    def __init__(self, transport: Transport, max_sequence_length: int, *, delta_encoded: bool = False,
-                 chunk_length: int | None = None, max_in_flight_items: int | None = 25):
+    def __init__(
+        self,
+        transport: Transport,
+        max_sequence_length: int,
+        *,
+        delta_encoded: bool = False,
+        chunk_length: int | None = None,
+        max_in_flight_items: int | None = 25,
+    ):
         if not isinstance(max_sequence_length, (int, np.integer)) or max_sequence_length < 1:
-            raise ValueError(f"max_sequence_length ({max_sequence_length}) must be a positive integer")
+            raise ValueError(
+                f"max_sequence_length ({max_sequence_length}) must be a positive integer"
+            )
         if chunk_length is None:
             chunk_length = min(10, max_sequence_length)
         if not 1 <= chunk_length <= max_sequence_length:
             raise ValueError(
                 f"chunk_length ({chunk_length}) must be a positive integer le to "
-                f"max_sequence_length ({max_sequence_length})")
+                f"max_sequence_length ({max_sequence_length})"
+            )
         if max_in_flight_items is None:
             max_in_flight_items = 1_000_000
         if max_in_flight_items < 1:
-            raise ValueError(f"max_in_flight_items ({max_in_flight_items}) must be a positive integer")
+            raise ValueError(
+                f"max_in_flight_items ({max_in_flight_items}) must be a positive integer"
+            )
         self._max_sequence_length = int(max_sequence_length)
         self._delta_encoded = delta_encoded
         self._chunk_length = int(chunk_length)
         self._num_leaves: int | None = None
-        self._writer = TrajectoryWriter(transport, self._max_sequence_length, validate_items=True,
-                                        max_chunk_length=self._chunk_length,
-                                        max_pending_items=max_in_flight_items)
+        self._writer = TrajectoryWriter(
+            transport,
+            self._max_sequence_length,
+            validate_items=True,
+            max_chunk_length=self._chunk_length,
+            max_pending_items=max_in_flight_items,
+        )
         self._closed = False
 
     def __enter__(self) -> Writer:
@@ -74,7 +90,8 @@ class Writer:
         elif len(leaves) != self._num_leaves:
             raise ValueError(
                 "Number of tensors per timestep was inconsistent. Previously it was "
-                f"{self._num_leaves}, but is now {len(leaves)}.")
+                f"{self._num_leaves}, but is now {len(leaves)}."
+            )
         self._writer.append(data)
 
     def append_sequence(self, sequence: Any) -> None:
@@ -96,7 +113,8 @@ class Writer:
         w = self._writer
         if num_timesteps > w.episode_steps:
             raise ValueError(
-                "Argument `num_timesteps` is larger than number of buffered timesteps.")
+                "Argument `num_timesteps` is larger than number of buffered timesteps."
+            )
         if num_timesteps > self._max_sequence_length:
             raise ValueError("`num_timesteps` must be <= `max_timesteps`")
         priority = float(priority)
@@ -129,5 +147,7 @@ class Writer:
             self._closed = True
 
     def __repr__(self) -> str:
-        return (f"Writer(max_sequence_length={self._max_sequence_length}, "
-                f"chunk_length={self._chunk_length}), closed: {self._closed}")
+        return (
+            f"Writer(max_sequence_length={self._max_sequence_length}, "
+            f"chunk_length={self._chunk_length}), closed: {self._closed}"
+        )

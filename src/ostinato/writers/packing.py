@@ -31,15 +31,18 @@ def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, in
     for r in refs:
         if r.expired:
             raise ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
-        if r.chunker is not chunker and (r.chunker.dtype != chunker.dtype
-                                         or r.chunker.shape != chunker.shape):
+        if r.chunker is not chunker and (
+            r.chunker.dtype != chunker.dtype or r.chunker.shape != chunker.shape
+        ):
             if r.chunker.dtype != chunker.dtype:
                 raise ValueError(
                     f"Error in column {col_index}: Column references tensors with different "
-                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}.")
+                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}."
+                )
             raise ValueError(
                 f"Error in column {col_index}: Column references tensors with incompatible shapes: "
-                f"{shape_str(chunker.shape)} (index 0) != {shape_str(r.chunker.shape)}.")
+                f"{shape_str(chunker.shape)} (index 0) != {shape_str(r.chunker.shape)}."
+            )
         if slices:
             last = slices[-1]
             if last[0] is r.chunk and last[1] + last[2] == r.offset:
@@ -47,7 +50,6 @@ def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, in
                 continue
         slices.append([r.chunk, r.offset, 1])
     return [(s[0], s[1], s[2]) for s in slices]
-
 
 
 def _repack(packed: list[Any]) -> tuple[Any, ...]:
@@ -82,11 +84,17 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
             packed += (r.chunk, r.offset, 1)
             continue
         if not refs:
-            raise ValueError(f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
-                             f"(path {c._path}) has no steps.")
+            raise ValueError(
+                f"trajectory must not contain empty columns: column {len(squeeze) - 1} "
+                f"(path {c._path}) has no steps."
+            )
         first, last = refs[0], refs[-1]
-        if c._run and last.chunk is first.chunk and last.offset - first.offset == len(refs) - 1 \
-                and not first.expired:
+        if (
+            c._run
+            and last.chunk is first.chunk
+            and last.offset - first.offset == len(refs) - 1
+            and not first.expired
+        ):
             # Consecutive steps of one history column in one chunk: one slice. (Rows of a
             # chunk are the column's consecutive steps, and refs expire oldest first.)
             packed += (first.chunk, first.offset, len(refs))

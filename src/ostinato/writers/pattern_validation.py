@@ -56,12 +56,15 @@ def _invalid(position: int, message: str) -> ValueError:
 def _compile_node(node: Any, i: int, j: int) -> tuple[int, Any]:
     field = f"flat[{j}]"
     if not hasattr(node, "HasField") or not hasattr(node, "flat_source_index"):
-        raise TypeError(f"Invalid configuration at position {i}: `{field}` ({node!r}) must be a "
-                        "PatternNode (index a reference step: step['obs'][-1])")
+        raise TypeError(
+            f"Invalid configuration at position {i}: `{field}` ({node!r}) must be a "
+            "PatternNode (index a reference step: step['obs'][-1])"
+        )
     has_start, has_stop, has_step = (node.HasField(n) for n in ("start", "stop", "step"))
     if node.flat_source_index < 0:
-        raise _invalid(i, f"`{field}.flat_source_index` must be >= 0 but got "
-                          f"{node.flat_source_index}.")
+        raise _invalid(
+            i, f"`{field}.flat_source_index` must be >= 0 but got {node.flat_source_index}."
+        )
     if not has_start and not has_stop:
         raise _invalid(i, f"`{field}`: At least one of `start` and `stop` must be specified.")
     if has_start and node.start >= 0:
@@ -69,8 +72,11 @@ def _compile_node(node: Any, i: int, j: int) -> tuple[int, Any]:
     if has_stop and node.stop > 0:
         raise _invalid(i, f"`{field}.stop` must be <= 0 but got {node.stop}.")
     if has_start and has_stop and node.start >= node.stop:
-        raise _invalid(i, f"`{field}.stop` ({node.stop}) must be > `{field}.start` "
-                          f"({node.start}) when both are specified.")
+        raise _invalid(
+            i,
+            f"`{field}.stop` ({node.stop}) must be > `{field}.start` "
+            f"({node.start}) when both are specified.",
+        )
     if has_stop and not has_start and node.stop == 0:
         raise _invalid(i, f"`{field}.stop` must be < 0 when `start` isn't set but got 0.")
     if has_step and not has_start:
@@ -79,19 +85,24 @@ def _compile_node(node: Any, i: int, j: int) -> tuple[int, Any]:
         raise _invalid(i, f"`{field}.step` must be > 0 but got {node.step}.")
     if not has_start:
         return node.flat_source_index, node.stop
-    return node.flat_source_index, slice(node.start, node.stop or None,
-                                         node.step if has_step else None)
+    return node.flat_source_index, slice(
+        node.start, node.stop or None, node.step if has_step else None
+    )
 
 
 def _compile_condition(cond: Any, i: int, k: int) -> tuple[str, int, str, int, int, bool]:
     field = f"conditions[{k}]"
     if isinstance(cond, _ConditionBuilder):
-        raise TypeError(f"Invalid configuration at position {i}: `{field}` is an incomplete "
-                        f"condition on `{cond._left}` (compare it with an int, e.g. "
-                        "Condition.step_index() >= 2)")
+        raise TypeError(
+            f"Invalid configuration at position {i}: `{field}` is an incomplete "
+            f"condition on `{cond._left}` (compare it with an int, e.g. "
+            "Condition.step_index() >= 2)"
+        )
     if not hasattr(cond, "WhichOneof"):
-        raise TypeError(f"Invalid configuration at position {i}: `{field}` ({cond!r}) must be a "
-                        "Condition (e.g. Condition.step_index() >= 2)")
+        raise TypeError(
+            f"Invalid configuration at position {i}: `{field}` ({cond!r}) must be a "
+            "Condition (e.g. Condition.step_index() >= 2)"
+        )
     left, cmp = cond.WhichOneof("left"), cond.WhichOneof("cmp")
     if left is None:
         raise _invalid(i, f"`{field}`: Conditions must specify a value for `left`.")
@@ -124,12 +135,18 @@ def _compile_priority(priority: Any, i: int, columns: list[int]) -> tuple[float,
     td = priority.td_error
     weight = float(td.max_priority_weight)
     if not 0.0 <= weight <= 1.0:  # also refuses NaN
-        raise _invalid(i, f"`priority.td_error.max_priority_weight` must be in [0, 1] but got "
-                          f"{td.max_priority_weight}.")
+        raise _invalid(
+            i,
+            f"`priority.td_error.max_priority_weight` must be in [0, 1] but got "
+            f"{td.max_priority_weight}.",
+        )
     if td.flat_source_index not in columns:
         # Reverb gave such items priority 0 without a word.
-        raise _invalid(i, f"`priority.td_error.flat_source_index` ({td.flat_source_index}) must "
-                          f"be a column of the item; `flat` reads columns {sorted(set(columns))}.")
+        raise _invalid(
+            i,
+            f"`priority.td_error.flat_source_index` ({td.flat_source_index}) must "
+            f"be a column of the item; `flat` reads columns {sorted(set(columns))}.",
+        )
     last = len(columns) - 1 - columns[::-1].index(td.flat_source_index)
     return 0.0, (weight, last)
 
@@ -147,15 +164,17 @@ def compile_configs(configs: Sequence[Any]) -> list[CompiledConfig]:
             raise _invalid(i, "`flat` must not be empty.")
         table = getattr(config, "table", None)
         if not isinstance(table, str):
-            raise TypeError(f"Invalid configuration at position {i}: `table` ({table!r}) must be "
-                            "a string")
+            raise TypeError(
+                f"Invalid configuration at position {i}: `table` ({table!r}) must be a string"
+            )
         if not table:
             raise _invalid(i, "`table` must not be empty.")
         nodes = tuple(_compile_node(n, i, j) for j, n in enumerate(flat))
         conditions = tuple(_compile_condition(c, i, k) for k, c in enumerate(config.conditions))
         constant, td = _compile_priority(config.priority, i, [c for c, _ in nodes])
-        out.append(CompiledConfig(i, table, nodes, conditions, max(map(_node_age, flat)),
-                                  constant, td))
+        out.append(
+            CompiledConfig(i, table, nodes, conditions, max(map(_node_age, flat)), constant, td)
+        )
     return out
 
 
@@ -201,13 +220,16 @@ def infer_signature(configs: Sequence[Config], step_spec: Any) -> Any:
         raise ValueError("All configs must have exactly the same pattern_structure.")
     tables = sorted({c.table for c in configs})
     if len(tables) > 1:
-        raise ValueError(f"All configs must target the same table but provided configs "
-                         f"included {', '.join(tables)}.")
+        raise ValueError(
+            f"All configs must target the same table but provided configs "
+            f"included {', '.join(tables)}."
+        )
     flat_spec = optree.tree_leaves(step_spec, is_leaf=_is_spec_leaf, none_is_leaf=True)
     patterns = [unpack_pattern(c) for c in configs]
     paths = _named_paths(patterns[0], _is_node)
-    columns = list(zip(*(optree.tree_leaves(p, is_leaf=_is_node, none_is_leaf=True)
-                         for p in patterns)))
+    columns = list(
+        zip(*(optree.tree_leaves(p, is_leaf=_is_node, none_is_leaf=True) for p in patterns))
+    )
     specs = []
     for path, nodes in zip(paths, columns):
         dtypes, shapes = [], []
@@ -215,11 +237,13 @@ def infer_signature(configs: Sequence[Config], step_spec: Any) -> Any:
             if not 0 <= node.flat_source_index < len(flat_spec):
                 raise ValueError(
                     f"A config reads column {node.flat_source_index} of the step at {path}, but "
-                    f"step_spec has {len(flat_spec)} columns.")
+                    f"step_spec has {len(flat_spec)} columns."
+                )
             leaf = flat_spec[node.flat_source_index]
             if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-                raise TypeError(f"step_spec column {node.flat_source_index} ({leaf!r}) has no "
-                                "shape and dtype")
+                raise TypeError(
+                    f"step_spec column {node.flat_source_index} ({leaf!r}) has no shape and dtype"
+                )
             spec = TensorSpec(leaf.shape, leaf.dtype)
             dtypes.append(to_numpy_dtype(spec.dtype))
             shape = spec.shape
@@ -230,11 +254,15 @@ def infer_signature(configs: Sequence[Config], step_spec: Any) -> Any:
                 shape = (length, *shape)
             shapes.append(shape)
         if any(d != dtypes[0] for d in dtypes):
-            raise ValueError(f"Configs produce trajectories with multiple dtypes at {path}. "
-                             f"Got {[d.name for d in dtypes]}.")
+            raise ValueError(
+                f"Configs produce trajectories with multiple dtypes at {path}. "
+                f"Got {[d.name for d in dtypes]}."
+            )
         if any(len(s) != len(shapes[0]) or s[1:] != shapes[0][1:] for s in shapes):
-            raise ValueError(f"Configs produce trajectories with incompatible shapes at {path}. "
-                             f"Got {[list(s) for s in shapes]}.")
+            raise ValueError(
+                f"Configs produce trajectories with incompatible shapes at {path}. "
+                f"Got {[list(s) for s in shapes]}."
+            )
         merged = shapes[0] if all(s == shapes[0] for s in shapes) else (None, *shapes[0][1:])
         specs.append(TensorSpec(merged, dtypes[0], "/".join(str(p) for p in path)))
     if configs[0].pattern_structure is None:

@@ -59,20 +59,31 @@ class PatternNode:
 
     __slots__ = ("flat_source_index", "_start", "_stop", "_step")
 
-    def __init__(self, flat_source_index: int = 0, start: int | None = None,
-                 stop: int | None = None, step: int | None = None):
+    def __init__(
+        self,
+        flat_source_index: int = 0,
+        start: int | None = None,
+        stop: int | None = None,
+        step: int | None = None,
+    ):
         self.flat_source_index = _int_or_none(flat_source_index, "flat_source_index") or 0
         self._start = _int_or_none(start, "start")
         self._stop = _int_or_none(stop, "stop")
         self._step = _int_or_none(step, "step")
 
     # Unset fields read as 0, as in the protobuf message.
-    start = property(lambda self: self._start or 0,
-                     lambda self, v: setattr(self, "_start", _int_or_none(v, "start")))
-    stop = property(lambda self: self._stop or 0,
-                    lambda self, v: setattr(self, "_stop", _int_or_none(v, "stop")))
-    step = property(lambda self: self._step or 0,
-                    lambda self, v: setattr(self, "_step", _int_or_none(v, "step")))
+    start = property(
+        lambda self: self._start or 0,
+        lambda self, v: setattr(self, "_start", _int_or_none(v, "start")),
+    )
+    stop = property(
+        lambda self: self._stop or 0,
+        lambda self, v: setattr(self, "_stop", _int_or_none(v, "stop")),
+    )
+    step = property(
+        lambda self: self._step or 0,
+        lambda self, v: setattr(self, "_step", _int_or_none(v, "step")),
+    )
 
     def HasField(self, name: str) -> bool:  # protobuf's name
         if name not in ("start", "stop", "step"):
@@ -90,8 +101,11 @@ class PatternNode:
 
     def __repr__(self) -> str:
         parts = [f"flat_source_index={self.flat_source_index}"]
-        parts += [f"{n}={getattr(self, '_' + n)}" for n in ("start", "stop", "step")
-                  if getattr(self, "_" + n) is not None]
+        parts += [
+            f"{n}={getattr(self, '_' + n)}"
+            for n in ("start", "stop", "step")
+            if getattr(self, "_" + n) is not None
+        ]
         return f"PatternNode({', '.join(parts)})"
 
 
@@ -103,8 +117,13 @@ class ModuloEq:
     eq: int = 0
 
 
-_LEFT = ("step_index", "steps_since_applied", "buffer_length", "is_end_episode",
-         "flat_source_index")
+_LEFT = (
+    "step_index",
+    "steps_since_applied",
+    "buffer_length",
+    "is_end_episode",
+    "flat_source_index",
+)
 _CMP = ("eq", "ge", "mod_eq")
 
 
@@ -134,8 +153,11 @@ class ConditionProto:
     def __getattr__(self, name: str) -> Any:
         # Only reached for the oneof fields (the slots are found first).
         if name in _LEFT:
-            return self._left_value if self._left == name else (
-                0 if name == "flat_source_index" else False)
+            return (
+                self._left_value
+                if self._left == name
+                else (0 if name == "flat_source_index" else False)
+            )
         if name in _CMP:
             if self._cmp == name:
                 return self._cmp_value
@@ -168,14 +190,23 @@ class ConditionProto:
         raise ValueError(f'Condition has no oneof "{group}"')
 
     def HasField(self, name: str) -> bool:  # protobuf's name
-        return name in (self._left, self._cmp, "left" if self._left else None,
-                        "cmp" if self._cmp else None)
+        return name in (
+            self._left,
+            self._cmp,
+            "left" if self._left else None,
+            "cmp" if self._cmp else None,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConditionProto):
             return NotImplemented
         return (self._left, self._left_value, self._cmp, self._cmp_value, self.inverse) == (
-            other._left, other._left_value, other._cmp, other._cmp_value, other.inverse)
+            other._left,
+            other._left_value,
+            other._cmp,
+            other._cmp_value,
+            other.inverse,
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the message
 
@@ -234,8 +265,11 @@ class Priority:
     def WhichOneof(self, group: str) -> str | None:  # protobuf's name
         if group != "priority_fn":
             raise ValueError(f'Priority has no oneof "{group}"')
-        return "constant_fn" if self.constant_fn is not None else (
-            "td_error" if self.td_error is not None else None)
+        return (
+            "constant_fn"
+            if self.constant_fn is not None
+            else ("td_error" if self.td_error is not None else None)
+        )
 
     def HasField(self, name: str) -> bool:  # protobuf's name
         return getattr(self, name, None) is not None
@@ -292,7 +326,8 @@ class _RefNode:
             # Reverb stored x[:-2] as x[-2] (one step, no time dimension): refuse it instead.
             raise ValueError(
                 f"Pattern slices need a negative start, counted back from the newest step "
-                f"(e.g. x[-3:] or x[-3:-1]); got x[{_slice_text(key)}].")
+                f"(e.g. x[-3:] or x[-3:-1]); got x[{_slice_text(key)}]."
+            )
         return PatternNode(self._idx, start=key.start, stop=key.stop, step=key.step)
 
     def __repr__(self) -> str:
@@ -329,8 +364,9 @@ def constant_priority_fn(value: float) -> Priority:
     return Priority(constant_fn=ConstantPriorityFn(value=float(value)))
 
 
-def td_error(max_priority_weight: float, step_structure: Any,
-             get_field_from_step_fn: Callable[[Any], Any]) -> Priority:
+def td_error(
+    max_priority_weight: float, step_structure: Any, get_field_from_step_fn: Callable[[Any], Any]
+) -> Priority:
     """A priority computed from a per-step TD error column of the item.
 
     With ``x = |td_error|`` over the item's steps, the priority is
@@ -340,14 +376,20 @@ def td_error(max_priority_weight: float, step_structure: Any,
     leaves, spec = _flatten_step(step_structure)
     index = get_field_from_step_fn(optree.tree_unflatten(spec, list(range(len(leaves)))))
     if not is_int(index):
-        raise ValueError(
-            f"get_field_from_step_fn must select one leaf of the step, got {index!r}")
-    return Priority(td_error=TDError(max_priority_weight=float(max_priority_weight),
-                                     flat_source_index=int(index)))
+        raise ValueError(f"get_field_from_step_fn must select one leaf of the step, got {index!r}")
+    return Priority(
+        td_error=TDError(
+            max_priority_weight=float(max_priority_weight), flat_source_index=int(index)
+        )
+    )
 
 
-def create_config(pattern: Pattern, table: str, conditions: Sequence[ConditionProto] = (),
-                  priority: Priority | None = None) -> Config:
+def create_config(
+    pattern: Pattern,
+    table: str,
+    conditions: Sequence[ConditionProto] = (),
+    priority: Priority | None = None,
+) -> Config:
     """A config that builds ``pattern`` into ``table`` when all ``conditions`` hold.
 
     ``priority`` defaults to ``constant_priority_fn(1.0)``.
@@ -357,10 +399,15 @@ def create_config(pattern: Pattern, table: str, conditions: Sequence[ConditionPr
         if not isinstance(leaf, PatternNode):
             raise TypeError(
                 f"Every leaf of a pattern must be a column of the reference step indexed by an "
-                f"int or a slice (e.g. step['obs'][-1]); got {leaf!r} at {tuple(path)}.")
-    return Config(flat=list(flat), pattern_structure=structure, table=table,
-                  priority=constant_priority_fn(1.0) if priority is None else priority,
-                  conditions=list(conditions))
+                f"int or a slice (e.g. step['obs'][-1]); got {leaf!r} at {tuple(path)}."
+            )
+    return Config(
+        flat=list(flat),
+        pattern_structure=structure,
+        table=table,
+        priority=constant_priority_fn(1.0) if priority is None else priority,
+        conditions=list(conditions),
+    )
 
 
 def unpack_pattern(config: Config) -> Pattern:
@@ -459,4 +506,5 @@ class Condition:
         """The step's structure with builders that read a scalar int or bool of the newest step."""
         leaves, spec = _flatten_step(step_structure)
         return optree.tree_unflatten(
-            spec, [_ConditionBuilder("flat_source_index", i) for i in range(len(leaves))])
+            spec, [_ConditionBuilder("flat_source_index", i) for i in range(len(leaves))]
+        )

@@ -117,13 +117,15 @@ class PatternEngine:
                     raise ValueError(
                         f"Invalid configuration at position {c.position}: "
                         f"`flat[{j}].flat_source_index` ({column}) is out of range: the appended "
-                        f"step has {width} columns (flattened).")
+                        f"step has {width} columns (flattened)."
+                    )
             for k, cond in enumerate(c.conditions):
                 if cond[1] >= width:
                     raise ValueError(
                         f"Invalid configuration at position {c.position}: "
                         f"`conditions[{k}].flat_source_index` ({cond[1]}) is out of range: the "
-                        f"appended step has {width} columns (flattened).")
+                        f"appended step has {width} columns (flattened)."
+                    )
 
     def check_values(self, leaves: Sequence[Any], paths: Sequence[Any]) -> None:
         """Raises when a column read by ``Condition.data`` is not one int or bool."""
@@ -136,7 +138,8 @@ class PatternEngine:
                 raise ValueError(
                     f"{where} (Condition.data) reads column {column} (path {paths[column]}), which "
                     f"must hold one integer or bool per step, but got {arr.dtype} of shape "
-                    f"{list(arr.shape)}.")
+                    f"{list(arr.shape)}."
+                )
 
     def note_append(self, leaves: Sequence[Any], partial_step: bool) -> None:
         """Records an ``append`` of ``leaves`` (the flattened step; ``None`` = not given)."""
@@ -236,8 +239,9 @@ class StructuredWriter:
       TableNotFoundError: a config names a table the server does not have.
     """
 
-    def __init__(self, transport: Transport, configs: Sequence[Any], *,
-                 max_pending_items: int | None = None):
+    def __init__(
+        self, transport: Transport, configs: Sequence[Any], *, max_pending_items: int | None = None
+    ):
         self._engine = PatternEngine(configs)
         checked: set[str] = set()
         for c in self._engine.configs:
@@ -247,9 +251,11 @@ class StructuredWriter:
                 transport.table_meta(c.table)
             except errors.TableNotFoundError as e:
                 err = errors.TableNotFoundError(c.table, e.available)
-                err.args = (f"Invalid configuration at position {c.position}: `table` "
-                            f"({c.table!r}) is not a table of the server. Available tables: "
-                            f"{', '.join(err.available) or '(none)'}.",)
+                err.args = (
+                    f"Invalid configuration at position {c.position}: `table` "
+                    f"({c.table!r}) is not a table of the server. Available tables: "
+                    f"{', '.join(err.available) or '(none)'}.",
+                )
                 raise err from None
             checked.add(c.table)
         kwargs: dict[str, Any] = {}
@@ -267,8 +273,9 @@ class StructuredWriter:
         taken: set[str] = set()
         self._keys = {c: _column_key(paths[c], taken) for c in self._engine.column_ages}
         for column, key in self._keys.items():
-            self._writer.configure((key,), num_keep_alive_refs=self._engine.column_ages[column],
-                                   max_chunk_length=None)
+            self._writer.configure(
+                (key,), num_keep_alive_refs=self._engine.column_ages[column], max_chunk_length=None
+            )
         self._paths = paths
         self._width = len(paths)
 
@@ -290,11 +297,14 @@ class StructuredWriter:
         if self._width is None:
             self._learn(data)
         elif len(leaves) != self._width:
-            raise ValueError(f"Flattened data has an unexpected length, got {len(leaves)} but "
-                             f"wanted {self._width}.")
+            raise ValueError(
+                f"Flattened data has an unexpected length, got {len(leaves)} but "
+                f"wanted {self._width}."
+            )
         self._engine.check_values(leaves, self._paths)
-        self._writer.append({key: leaves[c] for c, key in self._keys.items()},
-                            partial_step=partial_step)
+        self._writer.append(
+            {key: leaves[c] for c, key in self._keys.items()}, partial_step=partial_step
+        )
         if not self._history:
             history = self._writer.history
             self._history = {c: history[key] for c, key in self._keys.items()}
@@ -359,12 +369,13 @@ class StructuredWriter:
         self._writer.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
-        return (f"StructuredWriter(configs={len(self._engine.configs)}, "
-                f"step_is_open={self.step_is_open}, writer={self._writer!r})")
+        return (
+            f"StructuredWriter(configs={len(self._engine.configs)}, "
+            f"step_is_open={self.step_is_open}, writer={self._writer!r})"
+        )
 
 
-def _td_error_priority(config: CompiledConfig, columns: list[Any],
-                       paths: Sequence[Any]) -> float:
+def _td_error_priority(config: CompiledConfig, columns: list[Any], paths: Sequence[Any]) -> float:
     weight, j = config.td  # type: ignore[misc]
     column = columns[j]
     values = column.numpy()
@@ -373,6 +384,7 @@ def _td_error_priority(config: CompiledConfig, columns: list[Any],
         raise ValueError(
             f"Config at position {config.position}: the TD error priority reads column "
             f"{source} (path {paths[source]}), which must hold one number per step, but got "
-            f"{values.dtype} of shape {list(values.shape)} for the item.")
+            f"{values.dtype} of shape {list(values.shape)} for the item."
+        )
     x = np.abs(values.astype(np.float64, copy=False))
     return float(weight * x.max() + (1.0 - weight) * x.mean())

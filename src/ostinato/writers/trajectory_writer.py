@@ -24,9 +24,26 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_LEAF_TYPES = frozenset({np.ndarray, int, float, bool, np.float32, np.float64, np.float16, np.int8,
-                         np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                         np.bool_})
+_LEAF_TYPES = frozenset(
+    {
+        np.ndarray,
+        int,
+        float,
+        bool,
+        np.float32,
+        np.float64,
+        np.float16,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.bool_,
+    }
+)
 
 
 def _is_column(x: Any) -> bool:
@@ -39,8 +56,9 @@ _NEVER = Deadline.never()
 class _Column:
     __slots__ = ("index", "path", "chunker", "history", "set_in_step")
 
-    def __init__(self, index: int, path: tuple[Any, ...], chunker: ColumnChunker,
-                 history: ColumnHistory):
+    def __init__(
+        self, index: int, path: tuple[Any, ...], chunker: ColumnChunker, history: ColumnHistory
+    ):
         self.index = index
         self.path = path
         self.chunker = chunker
@@ -66,18 +84,30 @@ class TrajectoryWriter:
       ...             w.create_item("replay", 1.0, {"obs": w.history["obs"][-3:]})
     """
 
-    def __init__(self, transport: Transport, num_keep_alive_refs: int, *, validate_items: bool = True,
-                 max_chunk_length: int | None = None, max_pending_items: int | None = None,
-                 signature_timeout_ms: int | None = None):
+    def __init__(
+        self,
+        transport: Transport,
+        num_keep_alive_refs: int,
+        *,
+        validate_items: bool = True,
+        max_chunk_length: int | None = None,
+        max_pending_items: int | None = None,
+        signature_timeout_ms: int | None = None,
+    ):
         positive_int("num_keep_alive_refs", num_keep_alive_refs)
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
         positive_int("max_pending_items", max_pending_items, none_ok=True)
-        if signature_timeout_ms is not None and (not is_int(signature_timeout_ms)
-                                                 or signature_timeout_ms < 0):
-            raise ValueError(f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
-                             "a non-negative integer (milliseconds)")
-        self._signature_timeout_ms = None if signature_timeout_ms is None else int(signature_timeout_ms)
+        if signature_timeout_ms is not None and (
+            not is_int(signature_timeout_ms) or signature_timeout_ms < 0
+        ):
+            raise ValueError(
+                f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
+                "a non-negative integer (milliseconds)"
+            )
+        self._signature_timeout_ms = (
+            None if signature_timeout_ms is None else int(signature_timeout_ms)
+        )
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
         self._default_max_chunk_length = max_chunk_length
@@ -99,7 +129,8 @@ class TrajectoryWriter:
         self._validated: set[tuple[Any, ...]] = set()
         self._trivially_valid: set[str] = set()
         self._stream = transport.writer_stream(
-            self._keep_keys, None if max_pending_items is None else int(max_pending_items))
+            self._keep_keys, None if max_pending_items is None else int(max_pending_items)
+        )
 
     # -- structure ----------------------------------------------------------------------------------
     @property
@@ -112,8 +143,9 @@ class TrajectoryWriter:
         return self._episode_steps
 
     def _new_column(self, path: tuple[Any, ...]) -> _Column:
-        keep, chunk_len = self._path_config.get(path, (self._num_keep_alive_refs,
-                                                       self._default_max_chunk_length))
+        keep, chunk_len = self._path_config.get(
+            path, (self._num_keep_alive_refs, self._default_max_chunk_length)
+        )
         # Align with the existing columns (which may span episodes after
         # end_episode(clear_buffers=False)); an open step already has its slot there.
         steps_so_far = len(self._columns[0].history) if self._columns else 0
@@ -142,7 +174,9 @@ class TrajectoryWriter:
     def history(self) -> Any:
         """The step structure with each leaf replaced by its :class:`ColumnHistory`."""
         if self._structure is None:
-            raise RuntimeError("history cannot be accessed before `append` is called at least once.")
+            raise RuntimeError(
+                "history cannot be accessed before `append` is called at least once."
+            )
         if self._history_cache is None:
             paths, _, spec = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
             leaves = [self._path_to_column[tuple(p)].history for p in paths]
@@ -178,8 +212,11 @@ class TrajectoryWriter:
             cols = self._spec_cache.get(treespec)
             if cols is None:
                 cols = self._learn(data, treespec)
-            if type(data) is dict and len(cols) == len(data) and all(
-                    type(v) in _LEAF_TYPES for v in data.values()):
+            if (
+                type(data) is dict
+                and len(cols) == len(data)
+                and all(type(v) in _LEAF_TYPES for v in data.values())
+            ):
                 order = {k: i for i, k in enumerate(sorted(data))}
                 self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
                 leaves = list(data.values())
@@ -193,7 +230,8 @@ class TrajectoryWriter:
                 if col.set_in_step or not col.history.can_set_last():
                     raise ValueError(
                         f"Field {col.path} has already been set in the active step by previous "
-                        f"(partial) append call and thus must be omitted or set to None but got: {value}")
+                        f"(partial) append call and thus must be omitted or set to None but got: {value}"
+                    )
             for value, col in zip(leaves, cols):
                 if value is not None:
                     col.history.set_last(col.chunker.append(value, episode, step))
@@ -226,8 +264,9 @@ class TrajectoryWriter:
                 self._set_in_step.clear()
 
     # -- items --------------------------------------------------------------------------------------
-    def create_item(self, table: str, priority: float, trajectory: Any, *,
-                    timeout_ms: int | None = None) -> None:
+    def create_item(
+        self, table: str, priority: float, trajectory: Any, *, timeout_ms: int | None = None
+    ) -> None:
         """Creates an item in ``table`` from columns taken from :attr:`history`.
 
         Args:
@@ -265,13 +304,21 @@ class TrajectoryWriter:
             for c in cols:
                 if not isinstance(c, TrajectoryColumn):
                     raise TypeError(
-                        f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}")
+                        f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
+                    )
         packed, sq = pack_columns(cols)
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
-    def _create_packed(self, table: str, priority: float, cols: list[TrajectoryColumn],
-                       packed: items_lib.Packed, sq: tuple[bool, ...], timeout_ms: int | None,
-                       whole_steps: bool = False) -> None:
+    def _create_packed(
+        self,
+        table: str,
+        priority: float,
+        cols: list[TrajectoryColumn],
+        packed: items_lib.Packed,
+        sq: tuple[bool, ...],
+        timeout_ms: int | None,
+        whole_steps: bool = False,
+    ) -> None:
         """Validates (when asked to) and submits an item made of ``cols``, packed.
 
         ``whole_steps``: the columns are whole steps (the legacy ``Writer``), which a signature
@@ -283,7 +330,8 @@ class TrajectoryWriter:
             self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
         except errors.DeadlineExceededError as e:
             raise errors.DeadlineExceededError(
-                f"create_item waited for the server to accept pending items: {e}") from e
+                f"create_item waited for the server to accept pending items: {e}"
+            ) from e
 
     def _table_meta(self, table: str) -> Any:
         meta = self._table_cache.get(table)
@@ -297,12 +345,20 @@ class TrajectoryWriter:
                 except (errors.DeadlineExceededError, errors.UnavailableError) as e:
                     raise errors.DeadlineExceededError(
                         f"create_item could not fetch the signature of table {table!r} within "
-                        f"get_signature_timeout_ms={ms}: {e}") from e
+                        f"get_signature_timeout_ms={ms}: {e}"
+                    ) from e
             self._table_cache[table] = meta
         return meta
 
-    def _validate_item(self, table: str, priority: float, cols: list[TrajectoryColumn],
-                       sq: tuple[bool, ...], *, legacy: bool = False) -> None:
+    def _validate_item(
+        self,
+        table: str,
+        priority: float,
+        cols: list[TrajectoryColumn],
+        sq: tuple[bool, ...],
+        *,
+        legacy: bool = False,
+    ) -> None:
         try:
             meta = self._table_meta(table)
         except errors.TableNotFoundError as e:
@@ -310,7 +366,8 @@ class TrajectoryWriter:
         if meta.reject_negative and priority < 0:
             raise errors.InvalidArgumentError(
                 f"Priority must not be negative (got {priority} for table {table!r}, which uses a "
-                "Prioritized selector).")
+                "Prioritized selector)."
+            )
         sig = meta.flat_signature
         if sig is None:
             self._trivially_valid.add(table)  # exists, no signature: only priorities to check
@@ -368,7 +425,8 @@ class TrajectoryWriter:
             raise errors.DeadlineExceededError(
                 "Flush call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
-                f"({self._stream.pending()} items not yet confirmed: {e})") from e
+                f"({self._stream.pending()} items not yet confirmed: {e})"
+            ) from e
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, then starts a new episode; ``clear_buffers`` empties the history.
@@ -383,7 +441,8 @@ class TrajectoryWriter:
             self._new_episode(clear_buffers)
             raise errors.DeadlineExceededError(
                 f"End episode call did not complete within provided timeout of "
-                f"{datetime.timedelta(milliseconds=timeout_ms or 0)}: {e}") from e
+                f"{datetime.timedelta(milliseconds=timeout_ms or 0)}: {e}"
+            ) from e
         self._new_episode(clear_buffers)
 
     def _new_episode(self, clear_buffers: bool) -> None:
@@ -397,15 +456,19 @@ class TrajectoryWriter:
         self._episode_steps = 0
         self._step_open = False
 
-    def configure(self, path: tuple[Any, ...], *, num_keep_alive_refs: int,
-                  max_chunk_length: int | None) -> None:
+    def configure(
+        self, path: tuple[Any, ...], *, num_keep_alive_refs: int, max_chunk_length: int | None
+    ) -> None:
         """Overrides keep-alive and chunk length for one column (now or when it first appears)."""
         if num_keep_alive_refs < 1:
-            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+            raise ValueError(
+                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+            )
         if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
             raise ValueError(
                 f"max_chunk_length ({max_chunk_length}) must be None or in [1, num_keep_alive_refs "
-                f"({num_keep_alive_refs})]")
+                f"({num_keep_alive_refs})]"
+            )
         path = tuple(path)
         self._path_config[path] = (num_keep_alive_refs, max_chunk_length)
         col = self._path_to_column.get(path)
@@ -428,8 +491,11 @@ class TrajectoryWriter:
         n = self._stream.close()
         self._release_spare_rows()
         if n:
-            _log.warning("TrajectoryWriter closed with %d items not delivered; call flush() "
-                         "before close() to deliver them.", n)
+            _log.warning(
+                "TrajectoryWriter closed with %d items not delivered; call flush() "
+                "before close() to deliver them.",
+                n,
+            )
 
     def __enter__(self) -> TrajectoryWriter:
         return self
@@ -446,8 +512,10 @@ class TrajectoryWriter:
             col.chunker.release_spare_rows()
 
     def __repr__(self) -> str:
-        return (f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
-                f"pending={self._stream.pending()}, closed={self._closed})")
+        return (
+            f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
+            f"pending={self._stream.pending()}, closed={self._closed})"
+        )
 
 
 def _union(a: Any, b: Any) -> Any:
@@ -465,6 +533,8 @@ def _union(a: Any, b: Any) -> Any:
         return type(a)(*[_union(x, y) for x, y in zip(a, b)])
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and type(a) is type(b):
         n = max(len(a), len(b))
-        merged = [_union(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)]
+        merged = [
+            _union(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)
+        ]
         return type(a)(merged)
     return a

@@ -35,4 +35,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(
         f"launchpad.{name}: this is Ostinato's test-only stand-in for dm-launchpad "
         "(tests/acme_support/launchpad), which only provides register_stop_handler and "
-        "unregister_stop_handler; a distributed (Launchpad) Acme program needs the real package")
+        "unregister_stop_handler; a distributed (Launchpad) Acme program needs the real package"
+    )

@@ -88,7 +88,9 @@ class _JaxMixin:
         theirs = jax.tree_util.tree_structure(state["state"])
         if mine != theirs:
             raise ValueError("state does not match this buffer's structure")
-        for a, b in zip(jax.tree_util.tree_leaves(self.state), jax.tree_util.tree_leaves(state["state"])):
+        for a, b in zip(
+            jax.tree_util.tree_leaves(self.state), jax.tree_util.tree_leaves(state["state"])
+        ):
             if a.shape != b.shape or a.dtype != b.dtype:
                 raise ValueError(f"state array {b.shape} {b.dtype} != {a.shape} {a.dtype}")
         self.ring.load_state_dict(state["ring"])
@@ -157,7 +159,13 @@ class JaxPriorityReplayBuffer(_JaxMixin, PriorityReplayBuffer):
             platform = resolve_device(kwargs.get("device")).platform
             search = "flat" if platform in ("gpu", "cuda", "rocm") else "tree"
         fns = make_priority_buffer(
-            self.alpha, self.capacity, self.sample_size, shapes, types, names, tree_dtype,
+            self.alpha,
+            self.capacity,
+            self.sample_size,
+            shapes,
+            types,
+            names,
+            tree_dtype,
             search,
         )
         self._setup(fns, kwargs.get("device"), self.seed)

@@ -47,9 +47,7 @@ def _pick(values: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.Array]:
     return k, mass - jnp.take_along_axis(starts, k[:, None], 1)[:, 0]
 
 
-def draw(
-    tree: TreeState, fraction: jax.Array, capacity: int
-) -> tuple[jax.Array, jax.Array]:
+def draw(tree: TreeState, fraction: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
     """The leaves at cumulative fractions ``fraction`` (in ``(0, 1]``) of the total, and the
     minimum positive leaf, from one pass over the leaves (block sums and minima together).
 

@@ -383,8 +383,9 @@ def compiled(buf: UniformBuffer | PriorityBuffer, name: str) -> Any:
     static: tuple[str, ...] = ()
     if name == "sample_step" and uniform:
 
-        def fn(state: Any, key: jax.Array, unique: bool = False,
-               order_preserving: bool = False) -> Any:
+        def fn(
+            state: Any, key: jax.Array, unique: bool = False, order_preserving: bool = False
+        ) -> Any:
             key, sub = jax.random.split(key)
             return key, buf.sample(state, sub, unique, order_preserving)
 

@@ -68,7 +68,6 @@ class TorchUniformReplayBuffer(_StorageAndSampler, UniformReplayBuffer):
         tensors, rows, single = storage.prepare(exp)
         storage.write(tensors, rows, single)
 
-
     def sample(
         self, *, unique: bool = False, order_preserving: bool = False
     ) -> tuple[torch.Tensor, ...]:

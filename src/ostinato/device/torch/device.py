@@ -75,7 +75,9 @@ def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
     return gen
 
 
-def full(shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def full(
+    shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """``torch.full``, except that CPU memory comes from numpy.
 
     numpy asks the kernel for transparent huge pages on large arrays (``madvise``), which

@@ -100,7 +100,7 @@ class FusedPrioritizedSampler:
             raise TypeError(f"tree_dtype ({tree_dtype}) must be torch.float32 or torch.float64")
         if capacity > MAX_BLOCK * MAX_BLOCK:
             raise ValueError(
-                f"capacity ({capacity}) exceeds the fused kernels' limit ({MAX_BLOCK ** 2})"
+                f"capacity ({capacity}) exceeds the fused kernels' limit ({MAX_BLOCK**2})"
             )
         from ostinato.device.torch import triton_kernels as tk
 
@@ -208,10 +208,22 @@ class FusedPrioritizedSampler:
         # One priority per row, or one for every row (read with stride 0), or the maximum.
         prio = self._empty if leaves is None else leaves
         self._k.write_leaves[(1,)](
-            self.leaves, prio, self._max_bits, self._counters,
-            s0.slot, s0.src, s0.length, s1.slot, s1.src, s1.length,
-            int(prio.shape[0] > 1), inc, self.alpha,
-            FLOOR=self._floor, MODE=0 if leaves is None else 1, BLOCK=_WRITE_BLOCK,
+            self.leaves,
+            prio,
+            self._max_bits,
+            self._counters,
+            s0.slot,
+            s0.src,
+            s0.length,
+            s1.slot,
+            s1.src,
+            s1.length,
+            int(prio.shape[0] > 1),
+            inc,
+            self.alpha,
+            FLOOR=self._floor,
+            MODE=0 if leaves is None else 1,
+            BLOCK=_WRITE_BLOCK,
         )
         self._host = (self._host[0] + inc, self._host[1])
 
@@ -232,8 +244,16 @@ class FusedPrioritizedSampler:
             return
         self._sync_counters(ring)
         self._k.update_leaves[(-(-n // _UPDATE_BLOCK),)](
-            self.leaves, ids, p, self._max_bits, self._counters, n, self.capacity, self.alpha,
-            FLOOR=self._floor, BLOCK=_UPDATE_BLOCK,
+            self.leaves,
+            ids,
+            p,
+            self._max_bits,
+            self._counters,
+            n,
+            self.capacity,
+            self.alpha,
+            FLOOR=self._floor,
+            BLOCK=_UPDATE_BLOCK,
         )
 
     # ------------------------------------------------------------------ reads
@@ -259,9 +279,22 @@ class FusedPrioritizedSampler:
         self._k.block_stats[(self.nblocks,)](self.leaves, self._bsum, self._bmin, B=self.block)
         qb = self._qb
         self._k.query[(-(-count // qb),)](
-            self.leaves, self._bsum, self._bmin, u, slots, ids, weights, self._counters,
-            count, self.nblocks, self.capacity, float(beta),
-            NB=self._nb_p2, B=self.block, QB=qb, num_warps=4 if self.block <= 1024 else 8,
+            self.leaves,
+            self._bsum,
+            self._bmin,
+            u,
+            slots,
+            ids,
+            weights,
+            self._counters,
+            count,
+            self.nblocks,
+            self.capacity,
+            float(beta),
+            NB=self._nb_p2,
+            B=self.block,
+            QB=qb,
+            num_warps=4 if self.block <= 1024 else 8,
         )
         return ids, weights, slots
 

@@ -121,7 +121,9 @@ class TensorStorage:
             check_row_count(specs, counts)
         return tensors, (1 if single else counts[0]), single
 
-    def write(self, tensors: Sequence[torch.Tensor], rows: int, single: bool) -> tuple[Segment, ...]:
+    def write(
+        self, tensors: Sequence[torch.Tensor], rows: int, single: bool
+    ) -> tuple[Segment, ...]:
         """Writes prepared values (from :meth:`prepare`) and advances the ring.
 
         Returns:
@@ -165,7 +167,8 @@ class TensorStorage:
             return tuple(column.index_select(0, slots) for column in self.columns)
         index = slots.numpy()
         return tuple(
-            column.index_select(0, slots) if array is None
+            column.index_select(0, slots)
+            if array is None
             else torch.from_numpy(np.take(array, index, axis=0))
             for column, array in zip(self.columns, self._host)
         )

@@ -243,7 +243,10 @@ class SumMinTree:
     def state_dict(self) -> dict[str, Any]:
         """Returns the leaves (a tensor); everything above is rebuilt on load."""
         self.flush()
-        return {"capacity": self.capacity, "leaves": self.ops.tensor(self.values[0][: self.capacity])}
+        return {
+            "capacity": self.capacity,
+            "leaves": self.ops.tensor(self.values[0][: self.capacity]),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` output and rebuilds the blocks.

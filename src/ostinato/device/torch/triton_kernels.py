@@ -211,4 +211,3 @@ def query(
     tl.store(slots_ptr + q, slot.to(tl.int64), mask=qmask)
     tl.store(ids_ptr + q, (newest - back).to(tl.int64), mask=qmask)
     tl.store(weights_ptr + q, weight, mask=qmask)
-
