@@ -160,8 +160,8 @@ def one_run(
     """One measurement with this interpreter's implementation.
 
     ``server_cpus``/``client_cpus`` pin the server and the writer processes (taskset lists,
-    e.g. "0" and "1"; the sampler and the probe are not pinned); ``every`` is the period of the server's RSS/threads/CPU
-    timeline, in seconds.
+    e.g. "0" and "1"; the sampler and the probe are not pinned); ``every`` is the period of
+    the server's RSS/threads/CPU timeline, in seconds.
     """
     reverb, version = import_impl(impl)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

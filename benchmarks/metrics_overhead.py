@@ -1,4 +1,5 @@
-"""What metrics cost the hot paths: W1 (insert) and W4 (sample) with metrics off and on, side by side.
+"""What metrics cost the hot paths: W1 (insert) and W4 (sample) with metrics off and on, side
+by side.
 
 Each run is a fresh child process; the variants alternate within each round (their order
 rotating), so that drift on a shared machine spreads over all of them. Per variant: the median

@@ -68,7 +68,9 @@ import sys, time, numpy as np, ostinato as reverb
 client = reverb.Client(sys.argv[1])
 while True:
     batch = client.sample_batch("replay", 64, timeout=60)
-    client.update_priorities("replay", batch.info.key, np.random.uniform(0.1, 2, len(batch.info.key)))
+    client.update_priorities(
+        "replay", batch.info.key, np.random.uniform(0.1, 2, len(batch.info.key))
+    )
 """
 
 CONSUMER = """

@@ -1,5 +1,5 @@
-"""``ostinato.install_as_reverb()`` / ``python -m ostinato.as_reverb``: unmodified Reverb code runs on
-Ostinato. Each case runs in a fresh interpreter (the alias lives in ``sys.modules``)."""
+"""``ostinato.install_as_reverb()`` / ``python -m ostinato.as_reverb``: unmodified Reverb code
+runs on Ostinato. Each case runs in a fresh interpreter (the alias lives in ``sys.modules``)."""
 
 from __future__ import annotations
 

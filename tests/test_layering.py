@@ -4,10 +4,10 @@
   ``test_import_weight.py``; checked on the core's source here).
 * Each area (a subpackage or top-level module; every one is named in ``ALLOWED``) imports only
   the layers below it (docs/architecture.md): ``core`` only itself, ``errors`` and
-  ``validate``; ``writers`` never the transports or the wire (they name ``Transport`` for the type checker only); the
-  transports never the writers, the client, the server or (but for the one lazy dial in
-  ``transport.connect``) the wire; the wire never the client or the server; the client never
-  the server; ``device`` nothing of the rest.
+  ``validate``; ``writers`` never the transports or the wire (they name ``Transport`` for the
+  type checker only); the transports never the writers, the client, the server or (but for the
+  one lazy dial in ``transport.connect``) the wire; the wire never the client or the server; the
+  client never the server; ``device`` nothing of the rest.
 * No import cycle among modules (imports at module level), no private name taken from another
   package, and no source file over 500 lines.
 

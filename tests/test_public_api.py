@@ -1,4 +1,5 @@
-"""Pins the names Ostinato exports, so that `import ostinato as reverb` keeps running Reverb code."""
+"""Pins the names Ostinato exports, so that `import ostinato as reverb` keeps running Reverb
+code."""
 
 import inspect
 

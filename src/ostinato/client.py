@@ -117,7 +117,7 @@ class Client:
         )
         self._in_process = in_process
 
-    # -- plumbing -------------------------------------------------------------------------------------
+    # -- plumbing ----------------------------------------------------------------------------------
     @property
     def server_address(self) -> str:
         return self._server_address
@@ -161,7 +161,7 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- writing --------------------------------------------------------------------------------------
+    # -- writing -----------------------------------------------------------------------------------
     def insert(
         self, data: Any, priorities: dict[str, float], *, timeout: float | None = None
     ) -> None:
@@ -277,7 +277,7 @@ class Client:
         """
         return StructuredWriter(self.transport, configs)
 
-    # -- sampling -------------------------------------------------------------------------------------
+    # -- sampling ----------------------------------------------------------------------------------
     def sample(
         self,
         table: str,
@@ -357,7 +357,7 @@ class Client:
         )
         return ReplaySample(info, data)
 
-    # -- priorities, deletes, reset --------------------------------------------------------------------
+    # -- priorities, deletes, reset ----------------------------------------------------------------
     def mutate_priorities(
         self,
         table: str,

@@ -28,7 +28,8 @@ class TableNotFoundError(ReverbError, LookupError, RuntimeError, ValueError):
         self.table = table
         self.available = sorted(available)
         super().__init__(
-            f"Table {table!r} was not found. Available tables: {', '.join(self.available) or '(none)'}."
+            f"Table {table!r} was not found. "
+            f"Available tables: {', '.join(self.available) or '(none)'}."
         )
 
 

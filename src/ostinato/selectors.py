@@ -1,4 +1,5 @@
-"""Item selectors (Reverb's ``reverb.selectors``): Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap."""
+"""Item selectors (Reverb's ``reverb.selectors``): Uniform, Prioritized, Fifo, Lifo, MinHeap,
+MaxHeap."""
 
 from ostinato.core.selectors import (
     Fifo,

@@ -332,7 +332,8 @@ class Server:
         self._stopped.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Blocks until :meth:`stop` is called (or ``timeout`` seconds pass). Returns True if stopped."""
+        """Blocks until :meth:`stop` is called (or ``timeout`` seconds pass). Returns True if
+        stopped."""
         try:
             return self._stopped.wait(timeout)
         except KeyboardInterrupt:
@@ -346,7 +347,10 @@ class Server:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"Server(port={self._port}, tables=[{', '.join(repr(t) for t in self._tables.values())}])"
+        return (
+            f"Server(port={self._port}, "
+            f"tables=[{', '.join(repr(t) for t in self._tables.values())}])"
+        )
 
 
 class TableExtensionBase(TableExtension):

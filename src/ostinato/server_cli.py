@@ -67,7 +67,7 @@ checkpoint_keep: 2
 """
 
 
-# -- main ----------------------------------------------------------------------------------------------
+# -- main ------------------------------------------------------------------------------------------
 def _progress_bar() -> Any:
     """A progress callback drawing a rich bar for saves and loads (None if rich is missing)."""
     try:

@@ -57,7 +57,7 @@ def _check_fields(d: dict[Any, Any], known: tuple[str, ...], where: str) -> None
         )
 
 
-# -- text-proto schema ------------------------------------------------------------------------------
+# -- text-proto schema -----------------------------------------------------------------------------
 def _message_class() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -201,7 +201,7 @@ def load_config(path: str) -> dict[str, Any]:
     return parse_text_proto(text, path)
 
 
-# -- building tables ---------------------------------------------------------------------------------
+# -- building tables -------------------------------------------------------------------------------
 def _selector(d: Any, where: str) -> Any:
     from ostinato import selectors
 

@@ -46,7 +46,8 @@ table_name = "replay"
 max_size = 1000
 sampler = { prioritized = { priority_exponent = 0.6 } }
 remover = { fifo = true }
-rate_limiter = { samples_per_insert = 4.0, min_size_to_sample = 1, min_diff = -100.0, max_diff = 100.0 }
+rate_limiter = { samples_per_insert = 4.0, min_size_to_sample = 1, \
+min_diff = -100.0, max_diff = 100.0 }
 """
 
 
@@ -127,7 +128,8 @@ def test_toml_config(tmp_path):
     "text,field",
     [
         (
-            "tables: { table_name: 'a' max_size: 10 sampler { fifo: true } remover { fifo: true } }",
+            "tables: { table_name: 'a' max_size: 10 sampler { fifo: true } "
+            "remover { fifo: true } }",
             "rate_limiter",
         ),
         (

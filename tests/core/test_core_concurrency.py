@@ -221,7 +221,7 @@ def test_chunks_shared_by_items_are_freed_with_the_last_item():
         assert len(server.chunk_store) == 0
 
 
-# -- negative priorities (Reverb bug §4.2.1: the table worker died) ---------------------------------
+# -- negative priorities (Reverb bug §4.2.1: the table worker died) --------------------------------
 
 
 def _chunk_item(key, priority):
@@ -295,7 +295,7 @@ def test_overflowing_priority_is_rejected_cleanly():
         assert len(table) == table.sampler.num_items() == table.remover.num_items()
 
 
-# -- close / stop wake blocked callers -----------------------------------------------------------------
+# -- close / stop wake blocked callers -------------------------------------------------------------
 
 
 def _blocked_call_is_woken(call, wake, expected=errors.CancelledError):

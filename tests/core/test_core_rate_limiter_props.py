@@ -228,7 +228,7 @@ def test_table_admits_exactly_what_reverb_formulas_allow(config, ops):
         _check_counters(table, model)
 
 
-# -- worked examples from the reference -----------------------------------------------------------------
+# -- worked examples from the reference ------------------------------------------------------------
 
 
 def test_worked_example_sample_to_insert_ratio():
@@ -267,7 +267,7 @@ def test_queue_limiter_behaves_as_bounded_queue():
     assert isinstance(table.rate_limiter, Queue)
 
 
-# -- validation: errors, never a crash (Reverb aborted the process in several of these) ---------------
+# -- validation: errors, never a crash (Reverb aborted the process in several of these) ------------
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ def test_one_rate_limiter_cannot_serve_two_tables():
     assert len(first.sample(1, timeout=0)) == 1
 
 
-# -- bugs found (strict xfail: these start passing when the bug is fixed) --------------------------------
+# -- bugs found (strict xfail: these start passing when the bug is fixed) --------------------------
 
 
 def test_failed_table_construction_does_not_consume_the_rate_limiter():

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ostinato.core import Fifo, HeapSelector, Lifo, MaxHeap, MinHeap, Prioritized, SumTree, Uniform
 
-# -- strategies --------------------------------------------------------------------------------------
+# -- strategies ------------------------------------------------------------------------------------
 
 # Mostly small slots (dense, like a table's), sometimes far beyond any initial capacity.
 SLOTS = st.one_of(st.integers(0, 40), st.integers(0, 40), st.integers(0, 2600))
@@ -45,7 +45,7 @@ STATEFUL = settings(
 )
 
 
-# -- reference model -----------------------------------------------------------------------------------
+# -- reference model -------------------------------------------------------------------------------
 
 
 class _Model:
@@ -110,7 +110,7 @@ def _check_answer(kind: str, exponent: float | None, model: _Model, slot: int, p
         raise AssertionError(kind)
 
 
-# -- the state machine -----------------------------------------------------------------------------------
+# -- the state machine -----------------------------------------------------------------------------
 
 
 def _machine(kind: str, factory, priorities, exponent: float | None = None):
@@ -232,7 +232,7 @@ for _case in (
 del _case
 
 
-# -- example-based edge cases ----------------------------------------------------------------------------
+# -- example-based edge cases ----------------------------------------------------------------------
 
 
 def test_heap_factories_and_tie_breaking():
@@ -293,7 +293,7 @@ def test_prioritized_zero_priority_not_sampled_with_largest_weights():
     assert 2 not in set(slots.tolist())
 
 
-# -- the sum tree ----------------------------------------------------------------------------------------
+# -- the sum tree ----------------------------------------------------------------------------------
 
 
 def _expected_find(weights: np.ndarray, target: float) -> int:

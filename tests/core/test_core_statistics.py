@@ -118,7 +118,7 @@ def test_uniform_selector_distribution_ignores_priorities():
     assert np.all(probs == 1 / 28)
 
 
-# -- through a server ------------------------------------------------------------------------------------
+# -- through a server ------------------------------------------------------------------------------
 
 
 def test_uniform_table_is_uniform():
@@ -233,7 +233,7 @@ def test_prioritized_exponent_zero_ignores_magnitude_but_not_zero():
         _assert_matches(counts, {0: 1 / 3, 1: 1 / 3, 2: 1 / 3, 3: 0.0}, n)
 
 
-# -- Reverb's client_test cases ---------------------------------------------------------------------------
+# -- Reverb's client_test cases --------------------------------------------------------------------
 
 
 def _client_test_table():

@@ -117,7 +117,7 @@ def test_tables_must_be_a_factory_or_a_config():
         start_shards(lambda: [], 2)
 
 
-# -- on a local cluster -----------------------------------------------------------------------------
+# -- on a local cluster ----------------------------------------------------------------------------
 @ray.remote(num_cpus=0)
 def _insert_through(group: ShardGroup, first: int, n: int) -> int:
     """A writer in another process: builds its own client from the pickled handle."""

@@ -1,4 +1,5 @@
-"""wire.prefaulted_copy: copies into new bytes objects (pre-faulted, GIL released) equal plain slices."""
+"""wire.prefaulted_copy: copies into new bytes objects (pre-faulted, GIL released) equal plain
+slices."""
 
 from __future__ import annotations
 

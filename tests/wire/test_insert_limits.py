@@ -1,7 +1,7 @@
-"""What one Insert request may make the server allocate (docs/architecture.md: everything a client sends
-is bounded before it is expanded), and what it may make the server store: compressed segments
-are checked against ``max_inflated_bytes`` from their declared sizes before inflating, and
-string segments are decoded and checked at insert, so nothing un-decodable is ever stored."""
+"""What one Insert request may make the server allocate (docs/architecture.md: everything a client
+sends is bounded before it is expanded), and what it may make the server store: compressed
+segments are checked against ``max_inflated_bytes`` from their declared sizes before inflating,
+and string segments are decoded and checked at insert, so nothing un-decodable is ever stored."""
 
 from __future__ import annotations
 

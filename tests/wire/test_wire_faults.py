@@ -84,7 +84,7 @@ def test_concurrent_writer_and_sampler_processes_deliver_every_item_once(tmp_pat
         assert grpc_client(srv.address).server_info(timeout=5)["q"].current_size == 0
 
 
-# -- a client killed mid-stream -----------------------------------------------------------------------
+# -- a client killed mid-stream --------------------------------------------------------------------
 def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
     server = reverb.Server([reverb.Table.queue("big", 100_000), reverb.Table.queue("small", 5)])
     writers = []
@@ -141,7 +141,7 @@ def test_client_killed_mid_stream_leaks_nothing_and_loses_no_confirmed_item():
         server.stop()
 
 
-# -- the server stops while clients are blocked ---------------------------------------------------------
+# -- the server stops while clients are blocked ----------------------------------------------------
 def _block_everyone(address):
     """Starts one client of each blocking kind against a full "q" (size 2) and an empty "e"."""
     c = grpc_client(address, unavailable_timeout=1)
@@ -237,7 +237,7 @@ def test_server_stop_reports_cancelled_at_once(where):
         assert isinstance(b.error, CancelledError) and b.ended_at - t0 < 1, (b.name, b.error)
 
 
-# -- restarts ---------------------------------------------------------------------------------------------
+# -- restarts --------------------------------------------------------------------------------------
 def test_restart_on_same_port_client_reconnects_without_duplicates():
     code = QUEUE_CODE.format(size=1000)
     srv = ServerProcess(code)
@@ -339,7 +339,7 @@ def test_lost_confirmation_does_not_duplicate_items():
         server.stop()
 
 
-# -- many short-lived connections ---------------------------------------------------------------------------
+# -- many short-lived connections ------------------------------------------------------------------
 CHURN = """
 import sys, numpy as np, ostinato as reverb
 addr, n = sys.argv[1], int(sys.argv[2])

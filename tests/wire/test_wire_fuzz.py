@@ -80,7 +80,7 @@ def _same_nest(a, b):
         assert a == b
 
 
-# -- round trips -------------------------------------------------------------------------------------
+# -- round trips -----------------------------------------------------------------------------------
 @FAST
 @given(
     data=row_arrays(),
@@ -198,7 +198,7 @@ def test_table_info_round_trip_with_live_counters():
         assert decoded == info
 
 
-# -- decoders fed garbage ----------------------------------------------------------------------------
+# -- decoders fed garbage --------------------------------------------------------------------------
 @FAST
 @given(raw=st.binary(max_size=300))
 def test_unpack_random_bytes(raw):

@@ -28,7 +28,7 @@ from ostinato.errors import ReverbError, UnavailableError
 from server_process import ServerProcess
 
 
-# -- hung servers: deadlines everywhere ------------------------------------------------------------------
+# -- hung servers: deadlines everywhere ------------------------------------------------------------
 @pytest.fixture()
 def frozen_server():
     """A server process that accepted our connection and then stopped answering (SIGSTOP),
@@ -102,7 +102,7 @@ def _create_one_item(c):
         w.close()
 
 
-# -- mixed deployment: in-process readers of network-written data ---------------------------------------
+# -- mixed deployment: in-process readers of network-written data ----------------------------------
 def test_in_process_client_samples_items_written_over_grpc():
     with reverb.Server([reverb.Table.queue("q", 100)]) as server:
         remote = grpc_client(f"localhost:{server.port}")
@@ -115,7 +115,7 @@ def test_in_process_client_samples_items_written_over_grpc():
         assert got.data[0].reshape(-1).tolist() == [0, 1, 2]
 
 
-# -- threads and streams left behind -------------------------------------------------------------------------
+# -- threads and streams left behind ---------------------------------------------------------------
 def _idle_close_seconds():
     from ostinato.wire import writer_stream as wire_client
 

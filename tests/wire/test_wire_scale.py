@@ -26,7 +26,9 @@ _WRITER = textwrap.dedent("""
     import sys, time
     import numpy as np
     import ostinato as reverb
-    port, n, steps, period = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    port, n, steps, period = (
+        int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    )
     client = reverb.Client(f"localhost:{port}")
     writers = [client.trajectory_writer(1) for _ in range(n)]
     print("open", flush=True)

@@ -49,7 +49,7 @@ def assert_fails_fast(fn, exc, match, limit):
     return ei.value
 
 
-# -- TLS -------------------------------------------------------------------------------------------------
+# -- TLS -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def trustme():
     return pytest.importorskip("trustme")  # test-only dependency; only the TLS tests need it
@@ -138,7 +138,7 @@ def test_tls_client_against_plaintext_server_fails_clearly(ca):
         assert "handshake failed" in str(err).lower()
 
 
-# -- tokens ----------------------------------------------------------------------------------------------
+# -- tokens ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def token_server():
     server = reverb.Server(queue_tables(), token="s3cret")
@@ -210,7 +210,7 @@ def test_token_must_be_a_nonempty_string():
         reverb.Server(queue_tables(), token="")
 
 
-# -- listening on other interfaces -------------------------------------------------------------------------
+# -- listening on other interfaces -----------------------------------------------------------------
 def _server_warnings(caplog, **kw):
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ostinato"):
@@ -235,7 +235,7 @@ def test_no_warning_on_loopback(caplog, host):
     assert _server_warnings(caplog, host=host) == []
 
 
-# -- message size limits ---------------------------------------------------------------------------------
+# -- message size limits ---------------------------------------------------------------------------
 @pytest.fixture()
 def small_server():
     server = reverb.Server(
@@ -328,7 +328,7 @@ def test_max_message_bytes_is_validated():
         reverb.Server(queue_tables(), max_message_bytes=100)
 
 
-# -- ports -----------------------------------------------------------------------------------------------
+# -- ports -----------------------------------------------------------------------------------------
 def test_port_in_use_by_another_process_is_an_error():
     with ServerProcess(
         "import ostinato as reverb\nTABLES = [reverb.Table.queue('q', 10)]"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import ostinato as reverb
 from ostinato.wire import codec
 
-# -- the service, over real gRPC ------------------------------------------------------------------------
+# -- the service, over real gRPC -------------------------------------------------------------------
 SIG = {"a": reverb.TensorSpec([2], np.float32), "b": reverb.TensorSpec([], np.int32)}
 OK_CODES = {
     grpc.StatusCode.INVALID_ARGUMENT,

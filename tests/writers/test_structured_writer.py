@@ -110,7 +110,7 @@ def _write_structured(client, configs, episodes, clear_buffers=True):
             writer.end_episode(clear_buffers=clear_buffers)
 
 
-# -- (a) RLDS/Acme patterns == hand-written trajectory-writer loops ----------------------------------
+# -- (a) RLDS/Acme patterns == hand-written trajectory-writer loops --------------------------------
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -306,7 +306,7 @@ def test_rlds_sars_pairs_across_episodes_match_trajectory_writer(two_servers, rn
     _assert_same_items(_drain(structured, "replay"), want)
 
 
-# -- (c) random window patterns against a list model ------------------------------------------------
+# -- (c) random window patterns against a list model -----------------------------------------------
 
 NODE = st.one_of(
     st.integers(-5, -1).map(lambda k: ("squeeze", k)),
@@ -373,7 +373,7 @@ def test_random_window_patterns_match_list_model(make_server, nodes, mod, rem, a
     _assert_same_items(_drain(client, "q"), want)
 
 
-# -- (d) client.structured_writer embedded and over gRPC ---------------------------------------------
+# -- (d) client.structured_writer embedded and over gRPC -------------------------------------------
 
 
 @pytest.mark.parametrize("in_process", [None, False], ids=["embedded", "grpc"])
@@ -416,7 +416,7 @@ def test_client_structured_writer_embedded_and_grpc(make_server, in_process):
     client.close()
 
 
-# -- (b) configs that cannot work are refused at construction -----------------------------------------
+# -- (b) configs that cannot work are refused at construction --------------------------------------
 
 R = sw.create_reference_step({"a": None, "b": None})
 PN, CP = sw.PatternNode, sw.ConditionProto

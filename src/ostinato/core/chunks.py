@@ -112,7 +112,10 @@ class Chunk:
             store._recount(self)
 
     def __repr__(self) -> str:
-        return f"Chunk(key={self.key}, episode_id={self.episode_id}, refs={self.refs}, nbytes={self.nbytes})"
+        return (
+            f"Chunk(key={self.key}, episode_id={self.episode_id}, refs={self.refs}, "
+            f"nbytes={self.nbytes})"
+        )
 
 
 # -- reading rows ----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Where a table's callers wait: its lock, the condition variables, lingering samplers, wake-ups.
 
-Only tables block (see docs/architecture.md, "blocking lives in one place"). A call that the rate limiter
-does not admit waits on :attr:`Gate.cond` until another call changes the table, the table is
+Only tables block (see docs/architecture.md, "blocking lives in one place"). A call that the rate
+limiter does not admit waits on :attr:`Gate.cond` until another call changes the table, the table is
 closed, or its deadline passes; the timeout error says what it waited for. A remote sampler
 that was admitted fewer items than it asked for may *linger* a few milliseconds for the rest, on
 a condition of its own, so that inserts do not pay a thread switch each to wake it.

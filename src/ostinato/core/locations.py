@@ -28,7 +28,7 @@ import numpy as np
 
 from ostinato.core.items import is_flat
 
-# -- blocks, process-wide ----------------------------------------------------------------------------
+# -- blocks, process-wide --------------------------------------------------------------------------
 #: Codes fit the int32 location arrays; past this many blocks new ones are not registered
 #: (their chunks are simply not located).
 _MAX_CODE = 2**31 - 1
@@ -56,7 +56,7 @@ def registered_block(code: int) -> np.ndarray | None:
     return None if ref is None else ref()
 
 
-# -- per table ---------------------------------------------------------------------------------------
+# -- per table -------------------------------------------------------------------------------------
 class Located:
     """The locations of a sampled batch: ``rows[i]`` is ``[1, code, first row, length, ...]``
     (one triple per column) for item ``i``. The blocks are looked up by code when the batch is
@@ -73,8 +73,8 @@ _ADDERS: dict[int, Callable[[array.array, int, Any], None]] = {}
 
 def _adder(ncols: int) -> Callable[[array.array, int, Any], None]:
     """``add(a, offset, traj)``: writes the location of a flat item of ``ncols`` columns at
-    byte ``offset`` of ``a``, or marks it not located if a chunk has no origin. Generated with the columns
-    unrolled (no loop: recording a location is on every insert's path)."""
+    byte ``offset`` of ``a``, or marks it not located if a chunk has no origin. Generated with
+    the columns unrolled (no loop: recording a location is on every insert's path)."""
     fn = _ADDERS.get(ncols)
     if fn is None:
         cols = range(ncols)

@@ -212,7 +212,8 @@ class SampleToInsertRatio(RateLimiter):
                 min_diff, max_diff = error_buffer  # type: ignore[misc]
             except (TypeError, ValueError) as e:
                 raise ValueError(
-                    f"error_buffer ({error_buffer!r}) must be a number or a (min_diff, max_diff) pair"
+                    f"error_buffer ({error_buffer!r}) must be a number or a "
+                    "(min_diff, max_diff) pair"
                 ) from e
         if samples_per_insert <= 0:
             raise ValueError(f"samples_per_insert ({samples_per_insert}) must be > 0")

@@ -97,7 +97,8 @@ class Slots:
     def add(
         self, key: int, priority: float, traj: items_lib.Packed, squeeze: tuple[bool, ...]
     ) -> int:
-        """Stores a new item (its key must be unused) and references its chunks; returns its slot."""
+        """Stores a new item (its key must be unused) and references its chunks; returns its
+        slot."""
         if not self.free:
             self._grow()
         slot = self.free.pop()

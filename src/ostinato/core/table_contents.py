@@ -33,7 +33,7 @@ class TableContents(TableSettings):
     _num_unique_samples: int
     _remaining_samples: int
 
-    # -- introspection (tests, checkpoints) ---------------------------------------------------------
+    # -- introspection (tests, checkpoints) --------------------------------------------------------
     def get(self, key: int) -> dict[str, Any]:
         """Metadata of one item: key, priority, times_sampled, trajectory, squeeze."""
         with self._lock:

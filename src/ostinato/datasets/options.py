@@ -1,4 +1,5 @@
-"""Options of a :class:`~ostinato.datasets.stream.SampleStream`, with Reverb's names and meanings."""
+"""Options of a :class:`~ostinato.datasets.stream.SampleStream`, with Reverb's names and
+meanings."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def port_in_use(host: str, port: int) -> bool:
     return not port_is_free(host, port)
 
 
-# -- the actor ---------------------------------------------------------------------------------------
+# -- the actor -------------------------------------------------------------------------------------
 class ShardServer:
     """One replay server in a Ray actor. Ray re-runs ``__init__`` with the same arguments when
     it restarts the actor, so the port and checkpoint directory are the same each time."""
@@ -262,4 +262,4 @@ def actor_class() -> Any:
     return _ACTOR_CLASS
 
 
-# -- the handle ----------------------------------------------------------------------------------------
+# -- the handle ------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``python -m ostinato.rlds``: the ``ostinato-ingest`` command (see :mod:`ostinato.rlds.ingest_cli`)."""
+"""``python -m ostinato.rlds``: the ``ostinato-ingest`` command (see
+:mod:`ostinato.rlds.ingest_cli`)."""
 
 import sys
 

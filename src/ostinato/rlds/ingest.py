@@ -116,8 +116,9 @@ class UnitWriter:
 
     def feed(self, chunk: TrajectoryChunk | None, error_type: ErrorFactory | None = None) -> None:
         """Writes the units ``chunk`` completes; raises at its error (if any), after writing
-        the units before the malformed step. ``None`` (what a :class:`~ostinato.rlds.steps.Converter` returns when a
-        chunk completes no trajectory) writes nothing.
+        the units before the malformed step. ``None`` (what a
+        :class:`~ostinato.rlds.steps.Converter` returns when a chunk completes no trajectory)
+        writes nothing.
 
         The grouping is per step: at a step of another episode than the pending ones, they
         are written (unless that step is malformed); a step whose ``step_type`` is LAST is

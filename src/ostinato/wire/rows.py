@@ -1,10 +1,10 @@
 """Rows a server received over the network: a chunk's segments, kept as they arrived.
 
-The server does not look inside tensors (docs/architecture.md): a chunk that a remote writer sent holds
-a :class:`SegmentedRows` -- the writer's segments in row order, decompressed but not decoded --
-which implements the row-source protocol of :mod:`ostinato.core.chunks`: sample replies cut the
-bytes they need out of the segments, and readers in the server's own process decode rows on
-demand.
+The server does not look inside tensors (docs/architecture.md): a chunk that a remote writer sent
+holds a :class:`SegmentedRows` -- the writer's segments in row order, decompressed but not
+decoded -- which implements the row-source protocol of :mod:`ostinato.core.chunks`: sample
+replies cut the bytes they need out of the segments, and readers in the server's own process
+decode rows on demand.
 """
 
 from __future__ import annotations

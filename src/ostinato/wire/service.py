@@ -13,9 +13,10 @@ another: *data* (an Insert request: decoding, storing, waiting for a rate limite
 (a Sample call, which may wait for its rate limiter), and *control* (``Mutate``, ``Reset``,
 ``Checkpoint``, ``Stats``). ``ServerInfo`` only reads counters and is answered on the loop
 itself: no hand-off, so it waits for nothing but the loop. Threads are started as work
-arrives, up to each pool's bound; the thread count does not grow with the number of streams. A small insert
-request (no shared-memory ring) is stored on the loop itself until it would wait for its rate
-limiter, which saves two thread hand-offs per request; the rest of it goes to the data pool.
+arrives, up to each pool's bound; the thread count does not grow with the number of streams. A
+small insert request (no shared-memory ring) is stored on the loop itself until it would wait for
+its rate limiter, which saves two thread hand-offs per request; the rest of it goes to the data
+pool.
 
 Past ``max_streams`` open Insert streams a new one is refused at once with
 ``RESOURCE_EXHAUSTED``; a stream that sends no request for ``idle_stream_seconds`` is ended

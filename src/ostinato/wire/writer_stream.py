@@ -184,7 +184,8 @@ class RequestEncoder:
         if len(msg) > self._t.options.max_message_bytes:
             raise errors.InvalidArgumentError(
                 f"an insert request of {len(msg)} bytes exceeds max_message_bytes "
-                f"({self._t.options.max_message_bytes}); lower the writer's batch or raise the limit"
+                f"({self._t.options.max_message_bytes}); "
+                "lower the writer's batch or raise the limit"
             )
         return msg, ring_cost, rest
 
@@ -300,7 +301,8 @@ class GrpcWriterStream:
                     self._thread = None
                     return
             stop = threading.Event()
-            self._encoder.drop_ring()  # a new call gets a new ring (the server unlinked the old one)
+            # a new call gets a new ring (the server unlinked the old one)
+            self._encoder.drop_ring()
             try:
                 err = self._one_call(stop)
                 if err is None:  # the call went idle and ended, or the stream was closed

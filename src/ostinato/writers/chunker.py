@@ -135,7 +135,10 @@ class CellRef:
         return np.array(self.chunk.data[self.offset])
 
     def __repr__(self) -> str:
-        return f"CellRef(chunk={self.chunk.key}, offset={self.offset}, step={self.step}, expired={self.expired})"
+        return (
+            f"CellRef(chunk={self.chunk.key}, offset={self.offset}, step={self.step}, "
+            f"expired={self.expired})"
+        )
 
 
 _new_ref = object.__new__
@@ -307,7 +310,8 @@ class ColumnChunker:
         return {r.chunk.key for r in list(self._live)}
 
     def release_spare_rows(self) -> None:
-        """Closes the chunk being filled (trimming its unused rows); the next value starts a new one."""
+        """Closes the chunk being filled (trimming its unused rows); the next value starts a new
+        one."""
         self._trim_current()
 
     def end_episode(self, clear_buffers: bool) -> None:

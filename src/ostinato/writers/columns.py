@@ -67,7 +67,8 @@ class TrajectoryColumn:
         if isinstance(index, list):
             return TrajectoryColumn([self._refs[i] for i in index], path=self._path)
         raise TypeError(
-            f"TrajectoryColumn indices must be integers, slices or lists, not {type(index).__name__}"
+            "TrajectoryColumn indices must be integers, slices or lists, "
+            f"not {type(index).__name__}"
         )
 
     @property

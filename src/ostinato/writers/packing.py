@@ -37,7 +37,8 @@ def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, in
             if r.chunker.dtype != chunker.dtype:
                 raise ValueError(
                     f"Error in column {col_index}: Column references tensors with different "
-                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != {dtype_name(r.chunker.dtype)}."
+                    f"dtypes: {dtype_name(chunker.dtype)} (index 0) != "
+                    f"{dtype_name(r.chunker.dtype)}."
                 )
             raise ValueError(
                 f"Error in column {col_index}: Column references tensors with incompatible shapes: "

@@ -132,7 +132,7 @@ class TrajectoryWriter:
             self._keep_keys, None if max_pending_items is None else int(max_pending_items)
         )
 
-    # -- structure ----------------------------------------------------------------------------------
+    # -- structure ---------------------------------------------------------------------------------
     @property
     def max_num_keep_alive_refs(self) -> int:
         return max([self._num_keep_alive_refs] + [n for n, _ in self._path_config.values()])
@@ -183,7 +183,7 @@ class TrajectoryWriter:
             self._history_cache = optree.tree_unflatten(spec, leaves)
         return self._history_cache
 
-    # -- append -------------------------------------------------------------------------------------
+    # -- append ------------------------------------------------------------------------------------
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         """Appends one step (or part of one, with ``partial_step=True``).
 
@@ -230,7 +230,8 @@ class TrajectoryWriter:
                 if col.set_in_step or not col.history.can_set_last():
                     raise ValueError(
                         f"Field {col.path} has already been set in the active step by previous "
-                        f"(partial) append call and thus must be omitted or set to None but got: {value}"
+                        "(partial) append call and thus must be omitted or set to None "
+                        f"but got: {value}"
                     )
             for value, col in zip(leaves, cols):
                 if value is not None:
@@ -263,7 +264,7 @@ class TrajectoryWriter:
                     col.set_in_step = False
                 self._set_in_step.clear()
 
-    # -- items --------------------------------------------------------------------------------------
+    # -- items -------------------------------------------------------------------------------------
     def create_item(
         self, table: str, priority: float, trajectory: Any, *, timeout_ms: int | None = None
     ) -> None:
@@ -304,7 +305,8 @@ class TrajectoryWriter:
             for c in cols:
                 if not isinstance(c, TrajectoryColumn):
                     raise TypeError(
-                        f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
+                        "All leaves of `trajectory` must be `TrajectoryColumn` "
+                        f"but got {trajectory}"
                     )
         packed, sq = pack_columns(cols)
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
@@ -397,7 +399,7 @@ class TrajectoryWriter:
         """Items created but not yet confirmed in their tables."""
         return self._stream.pending()
 
-    # -- flush / episodes -----------------------------------------------------------------------------
+    # -- flush / episodes --------------------------------------------------------------------------
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Waits until at most ``block_until_num_items`` created items are not yet in their table.
 
@@ -478,7 +480,7 @@ class TrajectoryWriter:
         for c in self._columns:
             c.history.resize(size)
 
-    # -- lifecycle ------------------------------------------------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------------------------
     def _check_usable(self) -> None:
         if self._closed:
             raise errors.FailedPreconditionError("TrajectoryWriter::Close has been called.")

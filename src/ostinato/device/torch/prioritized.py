@@ -20,8 +20,9 @@ class PrioritizedSampler:
 
     Each row's leaf holds ``priority ** alpha``; a zero priority is stored as a value just
     above the dtype's smallest normal number (``tiny / eps``), so such a row is drawn only
-    when every row has priority zero (then uniformly, with weight 1). New rows get ``max_priority ** alpha``, where
-    ``max_priority`` starts at 1 and is the largest priority ever given (MindSpore's rule).
+    when every row has priority zero (then uniformly, with weight 1). New rows get
+    ``max_priority ** alpha``, where ``max_priority`` starts at 1 and is the largest priority
+    ever given (MindSpore's rule).
 
     Sampling splits the total mass into ``count`` equal strata, draws one mass uniformly
     inside each and finds its leaf, so rows come back ordered by their position in the
