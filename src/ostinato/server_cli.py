@@ -35,7 +35,8 @@ _log = logging.getLogger("ostinato.server_cli")
 #: ``examples/server_config.txtpb`` (a test keeps the two equal): shown by ``--help``.
 EXAMPLE_CONFIG = """\
 # ostinato-server --config examples/server_config.txtpb
-# Reverb's ReverbServerConfig text proto, plus Ostinato's optional checkpoint_* fields.
+# Reverb's ReverbServerConfig text proto, plus Ostinato's optional checkpoint and service
+# fields.
 port: 8000
 tables: {
   table_name: "replay"
@@ -64,6 +65,9 @@ tables: {
 }
 checkpoint_every_seconds: 600
 checkpoint_keep: 2
+# The service's limits (optional; 4096 streams and 300 s are the defaults).
+max_streams: 4096
+idle_stream_seconds: 300
 """
 
 
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     port = args.port if args.port is not None else settings["port"]
     kwargs: dict[str, Any] = {
+        **settings["service"],
         "token": args.token,
         "tls": tls,
         "shared_memory": not args.no_shared_memory,

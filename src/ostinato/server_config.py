@@ -4,7 +4,9 @@ The config is Reverb's ``reverb_server`` text-proto ``ReverbServerConfig`` (pars
 protobuf's ``text_format`` against a schema built here at runtime, so no ``protoc`` is needed),
 or the same structure as TOML / YAML (chosen by file extension; YAML needs ``pyyaml``, the
 ``ostinato[yaml]`` extra). Ostinato adds optional top-level fields ``checkpoint_dir``,
-``checkpoint_every_seconds`` and ``checkpoint_keep``. As in the text proto, a field the schema
+``checkpoint_every_seconds`` and ``checkpoint_keep``, and the service's limits
+``max_streams``, ``idle_stream_seconds``, ``max_inflated_bytes`` and ``max_workers`` (the
+``Server`` arguments of the same names). As in the text proto, a field the schema
 does not know is an error in TOML and YAML too (a misspelt optional field is not ignored).
 
 ``examples/server_config.txtpb`` is an example; the command (:mod:`ostinato.server_cli`) shows
@@ -45,7 +47,16 @@ _TABLE_FIELDS = (
     "num_deleted_episodes",
     "num_unique_samples",
 )
-_CONFIG_FIELDS = ("tables", "port", "checkpoint_dir", "checkpoint_every_seconds", "checkpoint_keep")
+#: The service's limits (``Server`` arguments of the same names), each optional.
+SERVICE_FIELDS = ("max_streams", "idle_stream_seconds", "max_inflated_bytes", "max_workers")
+_CONFIG_FIELDS = (
+    "tables",
+    "port",
+    "checkpoint_dir",
+    "checkpoint_every_seconds",
+    "checkpoint_keep",
+    *SERVICE_FIELDS,
+)
 
 
 def _check_fields(d: dict[Any, Any], known: tuple[str, ...], where: str) -> None:
@@ -128,6 +139,10 @@ def _message_class() -> Any:
             ("checkpoint_dir", 100, F.TYPE_STRING, None, False, None),
             ("checkpoint_every_seconds", 101, F.TYPE_DOUBLE, None, False, None),
             ("checkpoint_keep", 102, F.TYPE_INT32, None, False, None),
+            ("max_streams", 103, F.TYPE_INT32, None, False, None),
+            ("idle_stream_seconds", 104, F.TYPE_DOUBLE, None, False, None),
+            ("max_inflated_bytes", 105, F.TYPE_INT64, None, False, None),
+            ("max_workers", 106, F.TYPE_INT32, None, False, None),
         ],
     )
     pool = descriptor_pool.DescriptorPool()
@@ -325,7 +340,8 @@ def tables_from_config(config: dict[str, Any]) -> list[Any]:
 
 
 def server_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The config's ``port`` and checkpoint fields, validated (None where not set)."""
+    """The config's ``port``, checkpoint fields and service limits, validated (None where not
+    set; ``"service"``: the limits that are set, as ``Server`` keyword arguments)."""
     port = _integer(config, "port", "config", 0)
     try:
         validate.port("config.port", port)
@@ -343,9 +359,21 @@ def server_settings(config: dict[str, Any]) -> dict[str, Any]:
         keep = _integer(config, "checkpoint_keep", "config")
         if keep < 1:
             raise ConfigError(f"config.checkpoint_keep ({keep}) must be >= 1")
+    service: dict[str, Any] = {}
+    for key in ("max_streams", "max_inflated_bytes", "max_workers"):
+        if config.get(key) is not None:
+            service[key] = _integer(config, key, "config")
+            if service[key] < 1:
+                raise ConfigError(f"config.{key} ({service[key]}) must be >= 1")
+    if config.get("idle_stream_seconds") is not None:
+        idle = _number(config, "idle_stream_seconds", "config")
+        if not idle > 0:
+            raise ConfigError(f"config.idle_stream_seconds ({idle}) must be > 0")
+        service["idle_stream_seconds"] = idle
     return {
         "port": port or None,
         "checkpoint_dir": ckpt_dir or None,
         "checkpoint_every_seconds": every,
         "checkpoint_keep": keep,
+        "service": service,
     }

@@ -426,9 +426,30 @@ def test_the_shipped_example_config_parses_and_is_shown_by_help(capsys):
         "checkpoint_dir": None,
         "checkpoint_every_seconds": 600.0,
         "checkpoint_keep": 2,
+        "service": {"max_streams": 4096, "idle_stream_seconds": 300.0},
     }
     assert cli.EXAMPLE_CONFIG == path.read_text()
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert 'table_name: "recent"' in out and "sampler: { uniform: true }" in out
+
+
+def test_config_sets_the_service_limits(tmp_path):
+    cfg = tmp_path / "c.txtpb"
+    cfg.write_text(
+        'tables: { table_name: "q" sampler: { fifo: true } remover: { fifo: true } '
+        "max_size: 10 rate_limiter: { min_size_to_sample: 1 samples_per_insert: 1 "
+        "min_diff: -10 max_diff: 10 } }\n"
+        "max_streams: 7\nidle_stream_seconds: 2.5\nmax_inflated_bytes: 1048576\nmax_workers: 3\n"
+    )
+    settings = server_config.server_settings(server_config.load_config(str(cfg)))
+    assert settings["service"] == {
+        "max_streams": 7,
+        "idle_stream_seconds": 2.5,
+        "max_inflated_bytes": 1048576,
+        "max_workers": 3,
+    }
+    cfg.write_text(cfg.read_text().replace("max_streams: 7", "max_streams: -1"))
+    with pytest.raises(server_config.ConfigError, match=r"config.max_streams \(-1\) must be >= 1"):
+        server_config.server_settings(server_config.load_config(str(cfg)))
