@@ -17,13 +17,8 @@ import numpy as np
 import optree
 
 from ostinato.core.specs import TensorSpec, is_spec_like, to_numpy_dtype
-from ostinato.writers.patterns import (
-    Config,
-    PatternNode,
-    _ConditionBuilder,
-    _is_node,
-    unpack_pattern,
-)
+from ostinato.writers.conditions import _ConditionBuilder
+from ostinato.writers.patterns import Config, PatternNode, _is_node, unpack_pattern
 
 # -- validation ------------------------------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""TrajectoryWriter: append steps, build items from their history, send them to tables."""
+"""TrajectoryWriter: append steps, build items from their history, send them to tables.
+
+The checks of an item before it is sent are in :mod:`ostinato.writers.item_validation`.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +16,10 @@ from ostinato import errors
 from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
-from ostinato.core.signature import check_columns
-from ostinato.validate import is_int, positive_int
+from ostinato.validate import positive_int
 from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
+from ostinato.writers.item_validation import ItemValidator, trajectory_columns
 from ostinato.writers.packing import pack_columns
 
 if TYPE_CHECKING:
@@ -44,10 +47,6 @@ _LEAF_TYPES = frozenset(
         np.bool_,
     }
 )
-
-
-def _is_column(x: Any) -> bool:
-    return isinstance(x, TrajectoryColumn)
 
 
 _NEVER = Deadline.never()
@@ -98,16 +97,7 @@ class TrajectoryWriter:
         if max_chunk_length is not None and not 1 <= max_chunk_length:
             raise ValueError(f"max_chunk_length ({max_chunk_length}) must be None or >= 1")
         positive_int("max_pending_items", max_pending_items, none_ok=True)
-        if signature_timeout_ms is not None and (
-            not is_int(signature_timeout_ms) or signature_timeout_ms < 0
-        ):
-            raise ValueError(
-                f"get_signature_timeout_ms ({signature_timeout_ms!r}) must be None or "
-                "a non-negative integer (milliseconds)"
-            )
-        self._signature_timeout_ms = (
-            None if signature_timeout_ms is None else int(signature_timeout_ms)
-        )
+        self._validator = ItemValidator(transport, signature_timeout_ms)
         self._transport = transport
         self._num_keep_alive_refs = int(num_keep_alive_refs)
         self._default_max_chunk_length = max_chunk_length
@@ -125,9 +115,7 @@ class TrajectoryWriter:
         self._step_open = False
         self._set_in_step: list[_Column] = []
         self._closed = False
-        self._table_cache: dict[str, Any] = {}
-        self._validated: set[tuple[Any, ...]] = set()
-        self._trivially_valid: set[str] = set()
+        self._trivially_valid = self._validator.trivially_valid  # the same set
         self._stream = transport.writer_stream(
             self._keep_keys, None if max_pending_items is None else int(max_pending_items)
         )
@@ -287,27 +275,7 @@ class TrajectoryWriter:
         priority = float(priority)
         if priority != priority:
             raise ValueError("`priority` must not be nan.")
-        cols = None
-        if type(trajectory) is dict:
-            order = self._traj_key_cache.get(tuple(trajectory))
-            if order is None:
-                order = sorted(trajectory)
-                self._traj_key_cache[tuple(trajectory)] = order
-            cols = [trajectory[k] for k in order]
-            for c in cols:
-                if type(c) is not TrajectoryColumn:
-                    cols = None
-                    break
-        if cols is None:
-            cols = optree.tree_leaves(trajectory, is_leaf=_is_column, none_is_leaf=True)
-            if not cols:
-                raise ValueError("trajectory must not be empty.")
-            for c in cols:
-                if not isinstance(c, TrajectoryColumn):
-                    raise TypeError(
-                        "All leaves of `trajectory` must be `TrajectoryColumn` "
-                        f"but got {trajectory}"
-                    )
+        cols = trajectory_columns(trajectory, self._traj_key_cache)
         packed, sq = pack_columns(cols)
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
@@ -326,7 +294,7 @@ class TrajectoryWriter:
         ``whole_steps``: the columns are whole steps (the legacy ``Writer``), which a signature
         of one step also describes."""
         if self._validate and (table not in self._trivially_valid or priority < 0):
-            self._validate_item(table, priority, cols, sq, legacy=whole_steps)
+            self._validator.validate(table, priority, cols, sq, legacy=whole_steps)
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
             self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
@@ -334,58 +302,6 @@ class TrajectoryWriter:
             raise errors.DeadlineExceededError(
                 f"create_item waited for the server to accept pending items: {e}"
             ) from e
-
-    def _table_meta(self, table: str) -> Any:
-        meta = self._table_cache.get(table)
-        if meta is None:
-            ms = self._signature_timeout_ms
-            if ms is None:
-                meta = self._transport.table_meta(table)
-            else:
-                try:
-                    meta = self._transport.table_meta(table, Deadline.from_ms(ms))
-                except (errors.DeadlineExceededError, errors.UnavailableError) as e:
-                    raise errors.DeadlineExceededError(
-                        f"create_item could not fetch the signature of table {table!r} within "
-                        f"get_signature_timeout_ms={ms}: {e}"
-                    ) from e
-            self._table_cache[table] = meta
-        return meta
-
-    def _validate_item(
-        self,
-        table: str,
-        priority: float,
-        cols: list[TrajectoryColumn],
-        sq: tuple[bool, ...],
-        *,
-        legacy: bool = False,
-    ) -> None:
-        try:
-            meta = self._table_meta(table)
-        except errors.TableNotFoundError as e:
-            raise errors.TableNotFoundError(table, e.available) from None
-        if meta.reject_negative and priority < 0:
-            raise errors.InvalidArgumentError(
-                f"Priority must not be negative (got {priority} for table {table!r}, which uses a "
-                "Prioritized selector)."
-            )
-        sig = meta.flat_signature
-        if sig is None:
-            self._trivially_valid.add(table)  # exists, no signature: only priorities to check
-            return
-        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))
-        if key in self._validated:
-            return
-        shapes = []
-        for c in cols:
-            ch = c._refs[0].chunker
-            shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
-            shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
-        check_columns(table, sig, shapes)
-        if len(self._validated) > 10_000:
-            self._validated.clear()
-        self._validated.add(key)
 
     def _keep_keys(self) -> set[int]:
         """Keys of chunks that items created later may still refer to (live refs)."""
