@@ -128,7 +128,16 @@ ALLOWED: dict[str, set[str]] = {
     "structured_writer": {"writers"},
     "transport": {"core", "errors", "validate"},
     "wire": {"core", "errors", "transport", "validate"},
-    "client": {"core", "errors", "writers", "transport", "replay_sample", "validate"},
+    "client_sampling": {"core", "errors", "writers", "transport", "replay_sample", "validate"},
+    "client": {
+        "client_sampling",
+        "core",
+        "errors",
+        "writers",
+        "transport",
+        "replay_sample",
+        "validate",
+    },
     # the server and its operation
     "ops": {"argtypes", "client", "core", "errors", "transport", "ostinato", "validate"},
     "server": {"checkpointers", "client", "core", "ops", "transport", "wire", "errors", "validate"},
