@@ -376,7 +376,7 @@ def _load(
             verify()  # a damaged data file explains a decoding error best
             raise
         verify()
-    for meta, arrs, trajs, squeezes, ho, refs in decoded:
+    for meta, arrs, trajs, squeezes, ho, refs in decoded:  # type: ignore[assignment]
         table = tables[meta["name"]]
         sig = signatures.get(meta["name"])
         if sig is not None and table.signature is None:

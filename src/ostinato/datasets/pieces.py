@@ -178,5 +178,5 @@ def timestep_piece(batch: SampleBatch, info: SampleInfo) -> Piece:
         out = [_concatenate(c) for c in zip(*per_item)]
         return Piece(new_info, out, None, n, rep)
     except ValueError:
-        rows = [[c[i] for c in cols] for cols, k in zip(per_item, steps) for i in range(k)]
-        return Piece(new_info, None, rows, n, rep)
+        rows = [[c[i] for c in cols] for cols, k in zip(per_item, steps) for i in range(k)]  # type: ignore[misc]
+        return Piece(new_info, None, rows, n, rep)  # type: ignore[arg-type]

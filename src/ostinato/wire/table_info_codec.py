@@ -42,7 +42,7 @@ def decode_options(m: Any) -> KeyDistributionOptions:
             heap=HeapOptions(bool(m.get("min_heap"))), is_deterministic=True
         )
     if which in ("fifo", "lifo", "uniform"):
-        return KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")
+        return KeyDistributionOptions(**{which: True}, is_deterministic=which != "uniform")  # type: ignore[arg-type]
     raise DecodeError(f"unknown selector {which!r}")
 
 

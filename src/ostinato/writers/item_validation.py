@@ -139,15 +139,15 @@ class ItemValidator:
         if sig is None:
             self.trivially_valid.add(table)  # exists, no signature: only priorities to check
             return
-        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))
+        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))  # type: ignore[union-attr]
         if key in self._validated:
             return
         shapes = []
         for c in cols:
-            ch = c._refs[0].chunker
+            ch = c._refs[0].chunker  # type: ignore[union-attr]
             shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
             shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
-        check_columns(table, sig, shapes)
+        check_columns(table, sig, shapes)  # type: ignore[arg-type]
         if len(self._validated) > 10_000:
             self._validated.clear()
         self._validated.add(key)
