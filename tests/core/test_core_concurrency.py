@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
+from _helpers import wait_until
 from ostinato import errors
 from ostinato.core import Chunk
 from ostinato.core.deadline import Deadline
@@ -475,9 +476,7 @@ def test_insert_waiting_for_the_limiter_stores_nothing_once_cancelled():
 
     t = threading.Thread(target=insert)
     t.start()
-    deadline = time.monotonic() + 10
-    while table.wait_stats().blocked_inserters < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: table.wait_stats().blocked_inserters >= 1, 10, "the insert to block")
     gone.set()
     table.sample(1, timeout=1)  # makes room: the waiter wakes, sees the flag, stores nothing
     t.join(10)

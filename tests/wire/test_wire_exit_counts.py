@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
 import ostinato as reverb
+from _helpers import wait_until
 
 CHILD = """
 import sys
@@ -39,13 +39,9 @@ def test_a_client_exiting_normally_is_not_counted_as_cancelled(ending):
         )
         assert out.returncode == 0, out.stderr[-2000:]
         assert reverb.Client(f"localhost:{server.port}").server_info()["q"].current_size == 4
-        deadline = time.monotonic() + 10  # the server sees the connection end a little later
-        while time.monotonic() < deadline:
-            requests = server.metrics()["server"]["requests"]
-            if server.service.active_streams == 0:
-                break
-            time.sleep(0.05)
-        assert server.service.active_streams == 0
+        # The server sees the connection end a little later.
+        wait_until(lambda: server.service.active_streams == 0, 10, "the stream to end")
+        requests = server.metrics()["server"]["requests"]
         statuses = {s for by_status in requests.values() for s in by_status}
         assert statuses == {"OK"}, requests
     finally:

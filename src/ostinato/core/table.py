@@ -291,22 +291,14 @@ class Table(TableBookkeeping):
             for key, priority, traj, squeeze in items:
                 if not lim.can_insert(1):
                     gate.notify_all()  # lingering samplers too: take what is there
-                    if cancelled is None:
-                        gate.wait(
-                            lambda: lim.can_insert(1),
-                            deadline,
-                            "insert",
-                            self._describe_limiter,
-                            keys,
-                        )
-                    else:
-                        gate.wait(
-                            lambda: cancelled() or lim.can_insert(1),
-                            deadline,
-                            "insert",
-                            self._describe_limiter,
-                            keys,
-                        )
+                    gate.wait(
+                        lambda: lim.can_insert(1) or (cancelled is not None and cancelled()),
+                        deadline,
+                        "insert",
+                        self._describe_limiter,
+                        keys,
+                    )
+                    if cancelled is not None:
                         gate.check_open()  # a closed table says so, as without cancelled
                         if cancelled():
                             if keys:

@@ -84,9 +84,9 @@ def _column_name(column: Any) -> str:
     return str(column)
 
 
-_FAST_TYPES = frozenset(
+#: numpy's real and boolean scalar types (what a step's numeric leaves usually are).
+NUMPY_REAL_SCALARS = frozenset(
     {
-        np.ndarray,
         np.float32,
         np.float64,
         np.float16,
@@ -99,10 +99,9 @@ _FAST_TYPES = frozenset(
         np.uint32,
         np.uint64,
         np.bool_,
-        np.complex64,
-        np.complex128,
     }
 )
+_FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.complex128})
 
 
 class CellRef:

@@ -17,7 +17,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.validate import positive_int
-from ostinato.writers.chunker import ColumnChunker
+from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator, trajectory_columns
 from ostinato.writers.packing import pack_columns
@@ -27,26 +27,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_LEAF_TYPES = frozenset(
-    {
-        np.ndarray,
-        int,
-        float,
-        bool,
-        np.float32,
-        np.float64,
-        np.float16,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint16,
-        np.uint32,
-        np.uint64,
-        np.bool_,
-    }
-)
+_LEAF_TYPES = frozenset({np.ndarray, int, float, bool, *NUMPY_REAL_SCALARS})
 
 
 _NEVER = Deadline.never()
