@@ -113,6 +113,13 @@ def run_bounded(cmd: list[str], timeout: float, failures: list[str], what: str) 
     return rows
 
 
+def speedup(base: float, ours: float) -> str:
+    """'2.56× faster' or '2.92× slower': the ratio always at least 1, with its direction."""
+    if ours <= base:
+        return f"{base / ours:.2f}× faster"
+    return f"{ours / base:.2f}× slower"
+
+
 def atari_table(results: list[dict]) -> str:
     """The bench_atari.py lines: one row per implementation."""
     rows = [r for r in results if r.get("bench") == "atari"]
@@ -129,7 +136,7 @@ def atari_table(results: list[dict]) -> str:
     ]
     for impl in impls:
         ms = {r["line"]: r["ms"] for r in rows if r["impl"] == impl}
-        ratio = f"{naive / ms['per_step']:.2f}× faster" if naive and "per_step" in ms else "n/a"
+        ratio = speedup(naive, ms["per_step"]) if naive and "per_step" in ms else "n/a"
         out.append(f"| {impl} | " + " | ".join(fmt(ms.get(k)) for k in lines) + f" | {ratio} |")
     return "Atari scale, 1,000,000 × (84, 84) uint8, batch 256\n\n" + "\n".join(out)
 
