@@ -64,6 +64,12 @@ class Client:
         machine through a shared-memory ring (``localhost``/loopback addresses on Linux; see
         :mod:`ostinato.wire.shm`), ``True`` tries it for any address, ``False`` never. A server
         that cannot map the ring refuses it and the rows go inline, so it is always safe.
+      writers_per_stream: most writers of this client that share one Insert stream per table
+        (default 16). Items the writers create together then go out in one request, which
+        cuts the client's and the server's work per item several-fold when a process runs
+        many writers (vectorised environments, many actors per process). ``1`` gives every
+        writer a stream of its own, as Reverb does: a writer's items then never wait behind
+        another's, and a request the server refuses stops only its own writer.
       in_process: ``None`` uses an in-process server when there is one at the address,
         ``False`` always goes over gRPC, ``True`` requires an in-process server.
       transport: a :class:`~ostinato.transport.base.Transport` to use instead of connecting to
@@ -92,12 +98,15 @@ class Client:
         in_process: bool | None = None,
         transport: Transport | None = None,
         shared_memory: bool | None = None,
+        writers_per_stream: int = 16,
     ):
         addresses = split_addresses(server_address)
         if compression not in ("zstd", "none"):
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         if shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({shared_memory!r}) must be None, True or False")
+        if not is_int(writers_per_stream) or writers_per_stream < 1:
+            raise ValueError(f"writers_per_stream ({writers_per_stream!r}) must be an int >= 1")
         self._server_address = (
             ",".join(server_address)
             if isinstance(server_address, (list, tuple))
@@ -113,6 +122,7 @@ class Client:
             unavailable_timeout=unavailable_timeout,
             max_message_bytes=max_message_bytes,
             shared_memory=shared_memory,
+            writers_per_stream=int(writers_per_stream),
         )
         self._in_process = in_process
 

@@ -29,7 +29,9 @@ _WRITER = textwrap.dedent("""
     port, n, steps, period = (
         int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     )
-    client = reverb.Client(f"localhost:{port}")
+    # A stream per writer (as Reverb, and as writers in processes of their own): the server
+    # must hold hundreds of streams. By default writers of one client share streams.
+    client = reverb.Client(f"localhost:{port}", writers_per_stream=1)
     writers = [client.trajectory_writer(1) for _ in range(n)]
     print("open", flush=True)
     start = time.monotonic()

@@ -30,7 +30,7 @@ from ostinato.validate import int_in, positive_int
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from ostinato.wire.status import TLSMismatchError, from_rpc_error, tls_mismatch
-from ostinato.wire.writer_stream import GrpcWriterStream
+from ostinato.wire.writer_stream import GrpcWriterStream, InsertStreams
 
 _log = logging.getLogger(__name__)
 
@@ -55,11 +55,13 @@ class ClientOptions:
         reached before raising :class:`~ostinato.errors.UnavailableError`.
       max_message_bytes: largest message sent or received.
       max_in_flight_items: unconfirmed items per writer before writers block.
-      max_in_flight_requests: insert requests per writer awaiting the server's ack; items
+      max_in_flight_requests: insert requests per stream awaiting the server's ack; items
         created meanwhile are batched into the next request.
       shared_memory: pass large rows through a shared-memory ring (:mod:`ostinato.wire.shm`):
         ``None`` when the address is on this machine, ``True`` always try, ``False`` never.
-      shared_memory_bytes: size of each writer stream's ring.
+      shared_memory_bytes: size of each Insert stream's ring.
+      writers_per_stream: most writers sharing one Insert stream per table
+        (:mod:`ostinato.wire.writer_stream`); 1 gives each writer its own.
     """
 
     root_certificates: bytes | None = None
@@ -72,12 +74,15 @@ class ClientOptions:
     tls_server_name: str | None = None
     shared_memory: bool | None = None
     shared_memory_bytes: int = shm.DEFAULT_RING_BYTES
+    writers_per_stream: int = 16
 
     def __post_init__(self) -> None:
         if self.compression not in ("zstd", "none"):
             raise ValueError(f"compression ({self.compression!r}) must be 'zstd' or 'none'")
         if self.unavailable_timeout < 0:
             raise ValueError(f"unavailable_timeout ({self.unavailable_timeout}) must be >= 0")
+        if self.writers_per_stream < 1:
+            raise ValueError(f"writers_per_stream ({self.writers_per_stream}) must be >= 1")
         if self.shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({self.shared_memory!r}) must be None, True or False")
         int_in("shared_memory_bytes", self.shared_memory_bytes, 1 << 20, shm.MAX_RING_BYTES)
@@ -129,6 +134,8 @@ class GrpcTransport(Transport):
             want is True or (want is None and registry.is_loopback(address))
         )
         self.shm_refused: str | None = None
+        #: The Insert streams this connection's writers share.
+        self.insert_streams = InsertStreams(self)
 
     # -- unary calls with retry on UNAVAILABLE ---------------------------------------------------
     def _call(self, name: str, msg: dict, deadline: Deadline) -> Any:

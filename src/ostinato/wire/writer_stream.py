@@ -1,16 +1,25 @@
-"""A writer's side of the Insert stream: its items, and the rows they need, to a remote server.
+"""Writers' items to a remote server, over Insert streams that writers of one client share.
 
-Three parts, each with one job:
+A client process often runs many writers (one per environment of a vectorised environment, or
+many actors in one process), each creating an item now and then. One gRPC call per writer costs
+each item a request of its own and two thread hand-offs on each side; so the writers of one
+connection share its Insert streams, up to ``writers_per_stream`` writers per stream and
+table (``ClientOptions.writers_per_stream``, 16 by default), and the items they create
+together go out in one request.
 
-* :class:`Outbox` -- the writer's one queue: items waiting to be sent, requests in flight and
-  how many of their items the server confirmed (the count ``flush`` waits on and the bound
-  ``max_pending`` applies to); in :mod:`ostinato.wire.outbox`, re-exported here.
-* :class:`RequestEncoder` -- turns a batch of items into one request, sending every row once per
-  connection (inline, zstd where it pays, or through a shared-memory ring on this host).
-* :class:`GrpcWriterStream` -- the :class:`~ostinato.transport.streams.WriterStream` itself: the
-  gRPC call, its two threads (gRPC's, which pulls requests as the call can take them, and ours,
-  which reads acknowledgements), reconnection with backoff and the resending of unconfirmed
-  items.
+* :class:`~ostinato.wire.outbox.Share` -- one writer's part of a stream: its items pending (the
+  count ``flush`` waits on and ``max_pending`` bounds) and the error that stopped them.
+* :class:`InsertStream` -- one gRPC call at a time and its two threads (gRPC's, which pulls
+  requests as the call can take them, and ours, which reads acknowledgements), reconnection
+  with backoff and the resending of unconfirmed items; ends after :data:`IDLE_CLOSE_SECONDS`
+  with nothing to do, and when its last writer closes.
+* :class:`InsertStreams` -- a connection's streams, per table.
+* :class:`GrpcWriterStream` -- the :class:`~ostinato.transport.streams.WriterStream` a writer
+  holds: its share of one stream per table it writes to.
+
+What sharing changes for a writer: its items wait behind those its stream-mates sent before
+(a table whose rate limiter holds one writer's item holds the next writer's too, as it would
+on the server), and a request the server refuses stops every writer with items in it.
 """
 
 from __future__ import annotations
@@ -19,273 +28,116 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
 from ostinato import errors
-from ostinato.core.chunks import Chunk
 from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
-from ostinato.core.items import chunk_refs, is_flat
-from ostinato.errors import ShmError
-from ostinato.wire import codec, protocol, shm
-from ostinato.wire.outbox import MAX_REQUEST_ITEMS, Entry, Outbox  # noqa: F401 - re-exported
+from ostinato.wire import protocol
+from ostinato.wire.outbox import MAX_REQUEST_ITEMS, Entry, Outbox, Share  # noqa: F401
+from ostinato.wire.request_encoder import MAX_REQUEST_BYTES, RequestEncoder, RingRefused  # noqa: F401
 from ostinato.wire.status import TLSMismatchError, shm_refusal
 
 _log = logging.getLogger(__name__)
 
-#: A writer stream with nothing to send or confirm for this long is closed (reopened on demand).
+#: A stream with nothing to send or confirm for this long is closed (reopened on demand).
 IDLE_CLOSE_SECONDS = 2.0
-#: A request is cut when the rows it carries reach this many bytes (without shared memory).
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
-class _RingRefused(errors.ReverbError):
-    """The server would not map a writer's ring; its items are resent with inline rows."""
+class _Failed(errors.ReverbError):
+    """Ends a call whose request could not be encoded; its writers were already told why."""
 
 
-class RequestEncoder:
-    """Encodes batches of items into Insert requests for one connection, each row once.
-
-    Args:
-      transport: the :class:`~ostinato.wire.grpc_transport.GrpcTransport` (options, and whether
-        this host may offer the server a shared-memory ring).
-    """
-
-    def __init__(self, transport: Any):
-        self._t = transport
-        self._compress = transport.options.compression == "zstd"
-        self.sent_rows: dict[int, int] = {}  # chunk key -> rows sent on this connection
-        self._ring: shm.Ring | None = None  # this connection's ring, made on demand
-        self._ring_described = False
-
-    def drop_ring(self) -> None:
-        ring, self._ring = self._ring, None
-        self._ring_described = False
-        if ring is not None:
-            ring.close()
-
-    def release(self, ring_bytes: int) -> None:
-        """Ring space of confirmed requests can be reused."""
-        if ring_bytes and self._ring is not None:
-            self._ring.release(ring_bytes)
-
-    def _ring_for(self, nbytes: int) -> shm.Ring | None:
-        """This call's ring if rows of ``nbytes`` should go through one (made on first use)."""
-        if nbytes < shm.MIN_SEGMENT_BYTES or not self._t.use_shm:
-            return None
-        if self._ring is None:
-            try:
-                self._ring = shm.Ring(self._t.options.shared_memory_bytes)
-            except ShmError as e:
-                self._t.use_shm = False
-                self._t.shm_refused = str(e)
-                _log.info("writers to %s send rows inline: %s", self._t.address, e)
-                return None
-        return self._ring
-
-    def _segment(self, chunk: Chunk, start: int, end: int) -> tuple[dict, int]:
-        """The segment of ``chunk``'s rows [start, end): in the ring if it pays and there is
-        room (returns the ring bytes it holds), else inline."""
-        rows = chunk.data[start:end]
-        ring = self._ring_for(rows.nbytes) if rows.dtype.kind != "O" else None
-        put = ring.put(rows) if ring is not None and rows.flags.c_contiguous else None
-        if put is not None:
-            return codec.make_segment(
-                chunk.key, chunk.episode_id, start, rows, False, ring_ref=[put[0], rows.nbytes]
-            ), put[1]
-        return codec.make_segment(chunk.key, chunk.episode_id, start, rows, self._compress), 0
-
-    def encode(
-        self, batch: list[Entry], retry: set[int], keep: set[int]
-    ) -> tuple[bytes, int, list[Entry]]:
-        """The request for a prefix of ``batch``: returns (message, ring bytes it holds until
-        acknowledged, the items left for the next request).
-
-        A request is cut once the rows it carries reach :data:`MAX_REQUEST_BYTES` (a third of
-        the ring with shared memory, so that the requests in flight fit in it). ``retry`` holds
-        keys of resent items (those sent are removed from it); ``keep`` the chunk keys the
-        writer may still refer to besides the items of ``batch`` (the server forgets the
-        others once this request's items are stored).
-        """
-        tables: dict[str, int] = {}
-        items: list[list[Any]] = []
-        need: dict[int, tuple[Chunk, int]] = {}
-        sq_cache: dict[int, list[bool]] = {}
-        retried: list[int] = []
-        sent_rows = self.sent_rows
-        new_bytes = 0
-        limit = self._t.options.shared_memory_bytes // 3 if self._t.use_shm else MAX_REQUEST_BYTES
-        rest: list[Entry] = []
-        for pos, (table, (key, prio, packed, squeeze)) in enumerate(batch):
-            if new_bytes >= limit:
-                rest = batch[pos:]
-                del batch[pos:]
-                break
-            ti = tables.get(table)
-            if ti is None:
-                ti = tables[table] = len(tables)
-            cols = []
-            if is_flat(packed):  # one slice per column: the common case
-                for i in range(0, len(packed), 3):
-                    chunk = packed[i]
-                    ck = chunk.key
-                    off = packed[i + 1]
-                    end = off + packed[i + 2]
-                    cols.append([ck, off, packed[i + 2]])
-                    prev = need.get(ck)
-                    if prev is None or prev[1] < end:
-                        base = sent_rows.get(ck, 0) if prev is None else prev[1]
-                        if end > base:
-                            new_bytes += (end - base) * chunk.data.strides[0]
-                        need[ck] = (chunk, end)
-            else:
-                for col in packed:
-                    flat: list[int] = []
-                    for chunk, off, ln in col:
-                        flat += (chunk.key, off, ln)
-                        end = off + ln
-                        prev = need.get(chunk.key)
-                        if prev is None or prev[1] < end:
-                            base = sent_rows.get(chunk.key, 0) if prev is None else prev[1]
-                            if end > base:
-                                new_bytes += (end - base) * chunk.data.strides[0]
-                            need[chunk.key] = (chunk, end)
-                    cols.append(flat)
-            sq = sq_cache.get(id(squeeze))
-            if sq is None:
-                sq = sq_cache[id(squeeze)] = [bool(x) for x in squeeze]
-            if retry and key in retry:
-                retried.append(len(items))
-                retry.discard(key)
-            items.append([ti, key, prio, cols, sq])
-        if rest:  # the items left for the next request need their chunks kept
-            keep = keep | {c.key for _, (_, _, packed, _) in rest for c in chunk_refs(packed)}
-        segs = []
-        ring_cost = 0
-        for ck, (chunk, end) in need.items():
-            sent = sent_rows.get(ck, 0)
-            if end > sent:
-                seg, cost = self._segment(chunk, sent, end)
-                segs.append(seg)
-                ring_cost += cost
-                sent_rows[ck] = end
-        for ck in [k for k in sent_rows if k not in keep]:
-            del sent_rows[ck]
-        ring = None
-        if self._ring is not None and not self._ring_described:
-            ring = self._ring.descriptor()
-            self._ring_described = True
-        msg = protocol.insert_request(
-            segs, list(tables), items, [k for k in keep if k in sent_rows], retried, ring
-        )
-        if len(msg) > self._t.options.max_message_bytes:
-            raise errors.InvalidArgumentError(
-                f"an insert request of {len(msg)} bytes exceeds max_message_bytes "
-                f"({self._t.options.max_message_bytes}); "
-                "lower the writer's batch or raise the limit"
-            )
-        return msg, ring_cost, rest
-
-
-class GrpcWriterStream:
-    """Sends a writer's items (and the rows they need, each row once) over one Insert stream.
+class InsertStream:
+    """One Insert call at a time, carrying the items of up to ``writers_per_stream`` writers.
 
     Items are batched: everything created while ``max_in_flight_requests`` requests await their
-    acknowledgement goes out together in the next one. At most ``max_pending`` items may be
-    unconfirmed; beyond that ``insert`` blocks, so a writer that runs ahead of the server waits
-    instead of growing without bound. If the server becomes unreachable the stream reconnects
-    with backoff and resends unconfirmed items; after ``unavailable_timeout`` it fails with
-    ``UnavailableError``. With nothing to send or confirm for :data:`IDLE_CLOSE_SECONDS` the
-    call ends (and its threads); the next item opens a new one.
+    acknowledgement goes out together in the next one. If the server becomes unreachable the
+    stream reconnects with backoff and resends unconfirmed items; after ``unavailable_timeout``
+    every writer with items pending gets ``UnavailableError``. With nothing to send or confirm
+    for :data:`IDLE_CLOSE_SECONDS` the call ends (and its threads); the next item opens a new
+    one. Every method is called with the connection's lock (``cv``) held unless it says not.
     """
 
-    def __init__(
-        self,
-        transport: Any,
-        keep_keys: Callable[[], set[int]] | None,
-        max_pending: int | None = None,
-    ):
+    def __init__(self, transport: Any, cv: threading.Condition):
         self._t = transport
-        self._keep_keys = keep_keys or (lambda: set())
-        self._max = transport.options.max_in_flight_items if max_pending is None else max_pending
+        self._cv = cv
         self._max_requests = transport.options.max_in_flight_requests
-        self._cv = threading.Condition()
         # Monitoring (ostinato.ops.metrics.client_metrics): items pending, read when asked,
         # and each request's confirmation latency.
         self._out = Outbox(CLIENT.register(transport.address, self))
         self._encoder = RequestEncoder(transport)
-        self._error: BaseException | None = None  # raised to the writer: the stream stopped
-        self._closed = False
+        self._writers: weakref.WeakSet[Share] = weakref.WeakSet()
+        self.retired = False  # its last writer closed: no writer joins it again
         self._thread: threading.Thread | None = None  # reads acks; runs calls one by one
         self._call: Any = None
         self._call_error: BaseException | None = None  # what ended the current call
         self._idle_closed = False
 
-    # -- the WriterStream contract -------------------------------------------------------------
     def pending(self) -> int:
         return self._out.pending()
 
-    def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
-        out = self._out
-        with self._cv:
-            wait_for(
-                self._cv,
-                lambda: out.pending() + len(items) <= self._max or not out.pending(),
-                deadline,
-                lambda: errors.RateLimiterTimeout(
-                    f"{out.pending()} items are waiting for the server at {self._t.address} "
-                    "to accept them (its rate limiter or the network is slower than the "
-                    "writer)."
-                ),
-                self._raise_error,
-            )
-            was_empty = not out.queue
-            out.queue.extend((table, it) for it in items)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="ostinato-insert", daemon=True
-                )
-                self._thread.start()
-            if was_empty:
-                # Only the request generator waits for queued items, and only while the queue
-                # is empty: waking it for every item would cost a thread switch per item.
-                self._cv.notify_all()
+    def live_writers(self) -> int:
+        return sum(1 for w in self._writers if not w.closed)
 
-    def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
-        out = self._out
-        with self._cv:
-            wait_for(
-                self._cv,
-                lambda: out.pending() <= n,
-                deadline,
-                lambda: errors.DeadlineExceededError(
-                    f"{what}: {out.pending()} items not yet confirmed by the server at "
-                    f"{self._t.address}."
-                ),
-                self._raise_error,
-            )
+    def join(self, share: Share) -> None:
+        self._writers.add(share)
 
-    def close(self) -> int:
-        with self._cv:
-            self._closed = True
-            dropped = len(self._out.queue)  # never sent (what is in flight may have been stored)
+    def enqueue(self, share: Share, table: str, items: Sequence[tuple[Any, ...]]) -> None:
+        out = self._out
+        was_empty = not out.queue
+        out.queue.extend((table, it, share) for it in items)
+        share.pending += len(items)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ostinato-insert", daemon=True)
+            self._thread.start()
+        if was_empty:
+            # Only the request generator waits for queued items, and only while the queue is
+            # empty: waking it for every item would cost a thread switch per item.
             self._cv.notify_all()
-            call = self._call
+
+    def leave(self, share: Share) -> tuple[int, bool]:
+        """``share``'s writer closed: drops its unsent items. Returns (how many, whether that
+        was the stream's last writer; then the call is cancelled and the stream retired)."""
+        dropped = self._out.drop(share)
+        self._writers.discard(share)
+        last = self.live_writers() == 0
+        if last:
+            self.retired = True
+        self._cv.notify_all()
+        return dropped, last
+
+    def stop(self) -> None:
+        """Cancels the call and waits for the stream's thread (lock NOT held)."""
+        call = self._call
         if call is not None:
             call.cancel()
         th = self._thread
-        if th is not None:
+        if th is not None and th is not threading.current_thread():
             th.join(timeout=5)
-        return dropped
 
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+    def _keep(self) -> set[int]:
+        keys: set[int] = set()
+        for w in list(self._writers):
+            if not w.closed:
+                keys |= w.keep()
+        return keys
 
-    # -- the call, and reconnecting -------------------------------------------------------------
+    def _fail(self, failure: BaseException, extra: Sequence[Entry] = ()) -> None:
+        """The stream could not deliver: every writer with items in it gets ``failure`` (their
+        items are dropped); the stream starts afresh for the others."""
+        for e in [*extra, *self._out.clear()]:
+            share = e[2]
+            if share.error is None and not share.closed:
+                share.error = failure
+        self._encoder.sent_rows.clear()
+        self._cv.notify_all()
+
+    # -- the call, and reconnecting (in the stream's thread, lock NOT held) ----------------------
     def _run(self) -> None:
         try:
             self._run_calls()
@@ -297,7 +149,7 @@ class GrpcWriterStream:
         backoff = 0.05
         while True:
             with self._cv:
-                if self._closed:
+                if self.retired or not (self._out.queue or self._out.in_flight):
                     self._thread = None
                     return
             stop = threading.Event()
@@ -305,12 +157,8 @@ class GrpcWriterStream:
             self._encoder.drop_ring()
             try:
                 err = self._one_call(stop)
-                if err is None:  # the call went idle and ended, or the stream was closed
-                    with self._cv:
-                        if self._closed or not self._out.queue:
-                            self._thread = None
-                            return
-                    continue
+                if err is None or isinstance(err, _Failed):
+                    continue  # the call went idle, the stream was retired, or a request failed
                 raise err
             except grpc.RpcError as e:
                 failure: errors.ReverbError = self._t.rpc_error(e)
@@ -319,12 +167,12 @@ class GrpcWriterStream:
             except Exception as e:  # noqa: BLE001
                 failure = errors.ReverbError(f"writer stream failed: {e}")
             stop.set()
-            if isinstance(failure, _RingRefused) and not self._closed:
+            if isinstance(failure, RingRefused) and not self.retired:
                 self._requeue()  # at once, with the rows inline this time
                 continue
             if (
                 isinstance(failure, errors.UnavailableError)
-                and not self._closed
+                and not self.retired
                 and not isinstance(failure, TLSMismatchError)
             ):
                 give_up = give_up or Deadline.after(self._t.options.unavailable_timeout)
@@ -334,14 +182,13 @@ class GrpcWriterStream:
                     backoff = min(backoff * 2, 1.0)
                     continue
             with self._cv:
-                self._error = failure
+                self._fail(failure)
                 self._thread = None
-                self._cv.notify_all()
             return
 
     def _one_call(self, stop: threading.Event) -> BaseException | None:
         """Runs one Insert call until it ends; returns why it failed (None: it went idle, or
-        the stream was closed)."""
+        the stream was retired)."""
         call = self._t.open_insert(self._requests(stop))
         self._call = call
         try:
@@ -356,7 +203,7 @@ class GrpcWriterStream:
                 self._idle_closed = False
                 self._encoder.sent_rows.clear()  # the server forgot this stream's chunks
             return None
-        if self._closed:
+        if self.retired:
             return None
         # The server ended the stream: reconnect and resend what is unconfirmed.
         return errors.UnavailableError(f"insert stream to {self._t.address} ended", self._t.address)
@@ -379,7 +226,7 @@ class GrpcWriterStream:
             with self._cv:
                 while (
                     (not out.queue or len(out.in_flight) >= self._max_requests)
-                    and not self._closed
+                    and not self.retired
                     and not stop.is_set()
                 ):
                     if out.n_in_flight == 0:
@@ -396,14 +243,13 @@ class GrpcWriterStream:
                 idle_since = None
                 if stop.is_set():
                     return
-                if self._closed and not out.queue:
+                if self.retired and not out.queue:
                     return  # ends the request stream; the server then ends the call
                 batch = out.take()
                 queued = out.queued_chunk_keys()
+                keep = self._keep()
             try:
-                msg, ring_cost, rest = self._encoder.encode(
-                    batch, out.retry_keys, self._keep_keys() | queued
-                )
+                msg, ring_cost, rest = self._encoder.encode(batch, out.retry_keys, keep | queued)
             except BaseException as e:  # noqa: BLE001 - reported by the thread reading acks
                 with self._cv:
                     out.n_encoding = 0
@@ -412,10 +258,9 @@ class GrpcWriterStream:
                         if isinstance(e, errors.ReverbError)
                         else errors.ReverbError(f"writer stream failed: {e!r}")
                     )
-                    self._call_error = self._call_error or failure
-                    self._error = failure  # before a waiter can see nothing pending
+                    self._call_error = self._call_error or _Failed(str(failure))
+                    self._fail(failure, batch)
                     stop.set()
-                    self._cv.notify_all()
                 call = self._call
                 if call is not None:
                     call.cancel()
@@ -464,7 +309,7 @@ class GrpcWriterStream:
                     self._t.address,
                     reason,
                 )
-                self._fail_call(_RingRefused(reason))
+                self._fail_call(RingRefused(reason))
             elif not stop.is_set() or self._out.in_flight:
                 self._fail_call(self._t.rpc_error(e))
         except Exception as e:  # noqa: BLE001
@@ -473,3 +318,103 @@ class GrpcWriterStream:
             stop.set()
             with self._cv:
                 self._cv.notify_all()
+
+
+class InsertStreams:
+    """A connection's Insert streams, per table, and the one lock they and their writers share."""
+
+    def __init__(self, transport: Any):
+        self._t = transport
+        self.cv = threading.Condition()
+        self._by_table: dict[str, list[InsertStream]] = {}
+
+    def join(self, table: str, share: Share) -> InsertStream:
+        """A stream to ``table`` with room for another writer (lock held)."""
+        streams = self._by_table.setdefault(table, [])
+        streams[:] = [s for s in streams if not s.retired]
+        for s in streams:
+            if s.live_writers() < self._t.options.writers_per_stream:
+                s.join(share)
+                return s
+        s = InsertStream(self._t, self.cv)
+        streams.append(s)
+        s.join(share)
+        return s
+
+
+class GrpcWriterStream:
+    """One writer's :class:`~ostinato.transport.streams.WriterStream` to a remote server: its
+    share of the connection's Insert stream for each table it writes to.
+
+    At most ``max_pending`` of its items may be unconfirmed; beyond that ``insert`` blocks, so
+    a writer that runs ahead of the server waits instead of growing without bound.
+    """
+
+    def __init__(
+        self,
+        transport: Any,
+        keep_keys: Callable[[], set[int]] | None,
+        max_pending: int | None = None,
+    ):
+        self._t = transport
+        self._streams: InsertStreams = transport.insert_streams
+        self._cv = self._streams.cv
+        limit = transport.options.max_in_flight_items if max_pending is None else max_pending
+        self._share = Share(keep_keys, limit)
+        self._by_table: dict[str, InsertStream] = {}
+
+    def pending(self) -> int:
+        return self._share.pending
+
+    def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
+        share = self._share
+        with self._cv:
+            wait_for(
+                self._cv,
+                lambda: share.pending + len(items) <= share.max_pending or not share.pending,
+                deadline,
+                lambda: errors.RateLimiterTimeout(
+                    f"{share.pending} items are waiting for the server at {self._t.address} "
+                    "to accept them (its rate limiter or the network is slower than the "
+                    "writer)."
+                ),
+                self._raise_error,
+            )
+            stream = self._by_table.get(table)
+            if stream is None or stream.retired:
+                stream = self._by_table[table] = self._streams.join(table, share)
+            stream.enqueue(share, table, items)
+
+    def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
+        share = self._share
+        with self._cv:
+            wait_for(
+                self._cv,
+                lambda: share.pending <= n,
+                deadline,
+                lambda: errors.DeadlineExceededError(
+                    f"{what}: {share.pending} items not yet confirmed by the server at "
+                    f"{self._t.address}."
+                ),
+                self._raise_error,
+            )
+
+    def close(self) -> int:
+        """Drops the writer's items not sent yet (those in flight may be stored); returns how
+        many. A stream whose last writer this was is ended at once."""
+        dropped = 0
+        ended = []
+        with self._cv:
+            self._share.closed = True
+            for stream in self._by_table.values():
+                n, last = stream.leave(self._share)
+                dropped += n
+                if last:
+                    ended.append(stream)
+        for stream in ended:
+            stream.stop()
+        return dropped
+
+    def _raise_error(self) -> None:
+        if self._share.error is not None:
+            raise self._share.error
