@@ -183,6 +183,10 @@ def one_run(
         env=env,
     )
     port = int(readline(server, 180, "server start").split()[1])
+    # Each probe is a fresh client (a new channel), but this process's first one would also
+    # pay for importing gRPC (Ostinato imports it on first use; dm-reverb at import), which is
+    # not the server's answer time: one call before the writers start.
+    _client(reverb, impl, port).server_info(timeout=30)
     per = [writers // processes + (i < writers % processes) for i in range(processes)]
     kids = [
         subprocess.Popen(
