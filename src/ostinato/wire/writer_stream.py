@@ -82,7 +82,8 @@ class InsertStream:
         return self._out.pending()
 
     def live_writers(self) -> int:
-        return sum(1 for w in self._writers if not w.closed)
+        """Writers that may still send (a writer whose items failed sends nothing more)."""
+        return sum(1 for w in self._writers if not w.closed and w.error is None)
 
     def join(self, share: Share) -> None:
         self._writers.add(share)
@@ -123,7 +124,7 @@ class InsertStream:
     def _keep(self) -> set[int]:
         keys: set[int] = set()
         for w in list(self._writers):
-            if not w.closed:
+            if not w.closed and w.error is None:
                 keys |= w.keep()
         return keys
 
