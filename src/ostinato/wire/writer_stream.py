@@ -370,21 +370,30 @@ class GrpcWriterStream:
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         share = self._share
         with self._cv:
-            wait_for(
-                self._cv,
-                lambda: share.pending + len(items) <= share.max_pending or not share.pending,
-                deadline,
-                lambda: errors.RateLimiterTimeout(
-                    f"{share.pending} items are waiting for the server at {self._t.address} "
-                    "to accept them (its rate limiter or the network is slower than the "
-                    "writer)."
-                ),
-                self._raise_error,
-            )
+            if share.error is not None or (
+                share.pending and share.pending + len(items) > share.max_pending
+            ):
+                self._wait_for_room(len(items), deadline)
             stream = self._by_table.get(table)
             if stream is None or stream.retired:
                 stream = self._by_table[table] = self._streams.join(table, share)
             stream.enqueue(share, table, items)
+
+    def _wait_for_room(self, n: int, deadline: Deadline) -> None:
+        """Blocks (lock held) until ``n`` more items fit under ``max_pending``; raises the
+        stream's error."""
+        share = self._share
+        wait_for(
+            self._cv,
+            lambda: share.pending + n <= share.max_pending or not share.pending,
+            deadline,
+            lambda: errors.RateLimiterTimeout(
+                f"{share.pending} items are waiting for the server at {self._t.address} "
+                "to accept them (its rate limiter or the network is slower than the "
+                "writer)."
+            ),
+            self._raise_error,
+        )
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
         share = self._share
