@@ -35,7 +35,9 @@ def test_dqn_learns_cartpole():
         torch.set_num_threads(threads)
     # Greedy evaluation of the final network over 10 episodes (CartPole-v1 caps at 500).
     assert result["eval_mean"] >= THRESHOLD, result
-    assert result["env_steps"] == dqn.Config().env_steps
+    # Training stops early once a greedy evaluation scores the maximum (500): sampling order
+    # depends on thread timing, so some runs get there after a few thousand steps.
+    assert 0 < result["env_steps"] <= dqn.Config().env_steps
 
 
 THRESHOLD = 150.0
