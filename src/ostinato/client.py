@@ -105,8 +105,6 @@ class Client:
             raise ValueError(f"compression ({compression!r}) must be 'zstd' or 'none'")
         if shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({shared_memory!r}) must be None, True or False")
-        if not is_int(writers_per_stream) or writers_per_stream < 1:
-            raise ValueError(f"writers_per_stream ({writers_per_stream!r}) must be an int >= 1")
         self._server_address = (
             ",".join(server_address)
             if isinstance(server_address, (list, tuple))
@@ -122,7 +120,7 @@ class Client:
             unavailable_timeout=unavailable_timeout,
             max_message_bytes=max_message_bytes,
             shared_memory=shared_memory,
-            writers_per_stream=int(writers_per_stream),
+            writers_per_stream=positive_int("writers_per_stream", writers_per_stream),
         )
         self._in_process = in_process
 

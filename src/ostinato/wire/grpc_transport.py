@@ -81,12 +81,10 @@ class ClientOptions:
             raise ValueError(f"compression ({self.compression!r}) must be 'zstd' or 'none'")
         if self.unavailable_timeout < 0:
             raise ValueError(f"unavailable_timeout ({self.unavailable_timeout}) must be >= 0")
-        if self.writers_per_stream < 1:
-            raise ValueError(f"writers_per_stream ({self.writers_per_stream}) must be >= 1")
         if self.shared_memory not in (None, True, False):
             raise ValueError(f"shared_memory ({self.shared_memory!r}) must be None, True or False")
         int_in("shared_memory_bytes", self.shared_memory_bytes, 1 << 20, shm.MAX_RING_BYTES)
-        for name in ("max_in_flight_items", "max_in_flight_requests"):
+        for name in ("max_in_flight_items", "max_in_flight_requests", "writers_per_stream"):
             positive_int(name, getattr(self, name))
 
 
