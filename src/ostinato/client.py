@@ -26,6 +26,7 @@ from ostinato.writers.chunker import to_array
 from ostinato.writers.legacy_writer import Writer
 from ostinato.writers.structured_writer import StructuredWriter
 from ostinato.writers.trajectory_writer import TrajectoryWriter
+from ostinato.writers.vector_writer import VectorTrajectoryWriter
 
 #: Largest number of items a ``Client.sample`` generator takes from the table per request.
 SAMPLE_REQUEST_SIZE = 1024
@@ -267,6 +268,42 @@ class Client:
             timeout_ms = get_signature_timeout_ms
         return TrajectoryWriter(
             self.transport,
+            num_keep_alive_refs,
+            validate_items=validate_items,
+            max_chunk_length=max_chunk_length,
+            max_pending_items=max_pending_items,
+            signature_timeout_ms=timeout_ms,
+        )
+
+    def vector_writer(
+        self,
+        num_envs: int,
+        num_keep_alive_refs: int,
+        *,
+        validate_items: bool = True,
+        max_chunk_length: int | None = None,
+        max_pending_items: int | None = None,
+        get_signature_timeout_ms: int | None = _DEFAULT,
+    ) -> VectorTrajectoryWriter:
+        """(Ostinato only) A :class:`~ostinato.writers.vector_writer.VectorTrajectoryWriter`:
+        appends one step per environment of a vectorised environment at once and creates
+        their items in one call.
+
+        Args:
+          num_envs: the number of environments; every leaf of a step has this leading
+            dimension.
+          num_keep_alive_refs: how many of each environment's newest steps items may refer to.
+          validate_items, max_chunk_length, max_pending_items, get_signature_timeout_ms: as
+            for :meth:`trajectory_writer` (``max_chunk_length`` is per environment).
+        """
+        timeout_ms: int | None = None
+        if get_signature_timeout_ms is None:
+            validate_items = False
+        elif get_signature_timeout_ms is not _DEFAULT:
+            timeout_ms = get_signature_timeout_ms
+        return VectorTrajectoryWriter(
+            self.transport,
+            num_envs,
             num_keep_alive_refs,
             validate_items=validate_items,
             max_chunk_length=max_chunk_length,

@@ -142,9 +142,7 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
                     s = self._free(s + 1)
                 chosen.append(s)
             prios = [ps.draw(priorities) for _ in chosen]
-            self.sel.insert_many(
-                np.array(chosen, dtype=np.int64), np.array(prios, dtype=np.float64)
-            )
+            self.sel.insert_many(chosen, prios)
             for s, p in zip(chosen, prios):
                 self.model.insert(s, p)
 

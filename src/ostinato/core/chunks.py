@@ -82,7 +82,7 @@ class Chunk:
         episode_id: int = 0,
         nbytes: int | None = None,
         spec: Any = None,
-        origin: tuple[np.ndarray, int] | None = None,
+        origin: tuple[int, int] | None = None,
     ):
         self.key = key
         self.data = data

@@ -19,6 +19,17 @@ def new_key() -> int:
     return _key_rng.getrandbits(64) % (2**64 - 1)
 
 
+def new_keys(n: int) -> list[int]:
+    """``n`` random 64-bit keys in ``[0, 2**64 - 1)``, drawn at once."""
+    if n <= 0:
+        return []
+    raw = np.frombuffer(_key_rng.getrandbits(64 * n).to_bytes(8 * n, "little"), np.uint64)
+    keys = raw.tolist()
+    if 2**64 - 1 in keys:  # as new_key: the all-ones key is never used
+        keys = [k % (2**64 - 1) for k in keys]
+    return keys
+
+
 def key_array(keys: Any) -> np.ndarray:
     """``keys`` as a flat ``uint64`` array (a view of an unsigned array when possible).
 

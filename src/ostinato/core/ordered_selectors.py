@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import array
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -69,6 +70,26 @@ class _Ordered(ItemSelector):
             self._head = int(slots[0])
         self._tail = int(slots[-1])
         self._n += k
+
+    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        prev = self._prev
+        nxt = self._next
+        top = max(slots)
+        if top >= len(prev):
+            grow = _MINUS_ONES * ((top + 1 - len(prev)) // len(_MINUS_ONES) + 1)
+            prev.extend(grow)
+            nxt.extend(grow)
+        tail = self._tail
+        for s in slots:
+            prev[s] = tail
+            if tail >= 0:
+                nxt[tail] = s
+            else:
+                self._head = s
+            tail = s
+        nxt[tail] = -1
+        self._tail = tail
+        self._n += len(slots)
 
     def update(self, slot: int, priority: float) -> None:
         pass

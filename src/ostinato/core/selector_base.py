@@ -7,6 +7,7 @@ they are not thread-safe, the owning table calls them under its lock.
 from __future__ import annotations
 
 import array
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -49,6 +50,13 @@ class ItemSelector:
     def update_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         for s, p in zip(slots.tolist(), priorities.tolist()):
             self.update(s, p)
+
+    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        """Inserts new (distinct, absent) slots in the given order, as :meth:`insert` in turn
+        would, with work proportional to the batch (a table taking a small batch of items;
+        unlike :meth:`bulk_insert`, which may rebuild the selector)."""
+        for s, p in zip(slots, priorities):
+            self.insert(s, p)
 
     def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Inserts new (distinct, absent) slots in the given order: the same state as calling

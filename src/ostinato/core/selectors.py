@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -55,6 +56,15 @@ class Uniform(ItemSelector):
         start = len(self._dense)
         np.frombuffer(pos, dtype=np.int64)[slots] = np.arange(start, start + len(slots))
         self._dense.frombytes(slots.tobytes())
+
+    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        pos = self._pos
+        top = max(slots)
+        if top >= len(pos):
+            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+        for i, s in enumerate(slots, len(self._dense)):
+            pos[s] = i
+        self._dense.extend(slots)
 
     def update(self, slot: int, priority: float) -> None:
         pass
@@ -170,10 +180,11 @@ class Prioritized(ItemSelector):
         self._tree.set(slot, self._weight(priority))
         self._uniform.insert(slot, priority)
 
-    def insert_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        self._tree.set_many(slots, self._weights(priorities))
-        for s in slots.tolist():
-            self._uniform.insert(s, 0.0)
+    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        self._tree.set_many(
+            np.array(slots, dtype=np.int64), self._weights(np.array(priorities, dtype=np.float64))
+        )
+        self._uniform.insert_many(slots, priorities)
 
     def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         slots = np.asarray(slots, dtype=np.int64).reshape(-1)

@@ -13,7 +13,10 @@ Not thread-safe: the owning table calls it under its lock.
 from __future__ import annotations
 
 import array
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,13 @@ from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.locations import Locations
 
 _INITIAL_CAPACITY = 64
+
+#: Runs an iterator in C, keeping nothing.
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
+_FIRST = itemgetter(0)
+_CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
+_EPISODE = attrgetter("episode_id")
+_FLAT = {Chunk}
 
 
 class Slots:
@@ -123,6 +133,49 @@ class Slots:
         else:
             loc.add(slot, traj)
         return slot
+
+    def add_many(
+        self,
+        keys: Sequence[int],
+        priorities: Sequence[float],
+        trajs: Sequence[items_lib.Packed],
+        squeezes: Sequence[tuple[bool, ...]],
+    ) -> list[int]:
+        """Stores new items (their keys distinct and unused) as :meth:`add` in turn would (the
+        same slots, sequence numbers and references), with the per-item work in C-level maps;
+        returns their slots."""
+        n = len(keys)
+        free = self.free
+        while len(free) < n:
+            self._grow()
+        slots = free[len(free) - n :][::-1]  # the order pop() would give them
+        del free[len(free) - n :]
+        idx = np.array(slots, dtype=np.int64)
+        self.keys[idx] = keys
+        self.priorities[idx] = priorities
+        self.times_sampled[idx] = 0
+        seq = self.next_seq
+        self.sequence[idx] = np.arange(seq, seq + n, dtype=np.int64)
+        self.next_seq = seq + n
+        _consume(map(self.traj.__setitem__, slots, trajs))
+        _consume(map(self.squeeze.__setitem__, slots, squeezes))
+        self.key_to_slot.update(zip(keys, slots))
+        loc = self.locations
+        if set(map(type, map(_FIRST, trajs))) == _FLAT:  # every item one slice per column
+            chunks = list(chain.from_iterable(map(_CHUNKS, trajs)))
+            if set(map(len, trajs)) == {loc.flat_len}:
+                offsets = (idx * loc.stride_bytes).tolist()
+                _consume(map(loc.add_flat, repeat(loc.array, n), offsets, trajs))
+            else:
+                _consume(map(loc.add, slots, trajs))
+        else:
+            chunks = list(chain.from_iterable(map(items_lib.chunk_refs, trajs)))
+            _consume(map(loc.add, slots, trajs))
+        self.store.acquire(chunks)
+        er = self.episode_refs
+        for e, m in Counter(map(_EPISODE, chunks)).items():
+            er[e] = er.get(e, 0) + m
+        return slots
 
     def remove(self, slot: int) -> int:
         """Drops the item in ``slot`` and its chunk references; returns its key."""

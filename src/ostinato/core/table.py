@@ -251,11 +251,15 @@ class Table(TableBookkeeping):
             if gate.closed:
                 gate.check_open()
             lim = self._limiter
-            for key, priority, traj, squeeze in items:
-                if not lim.can_insert(1):
-                    break
-                self._insert_locked(key, priority, traj, squeeze, assign)
-                done += 1
+            n = len(items)
+            if n > 1 and not assign and lim.can_insert(n) and self._insert_batch_locked(items):
+                done = n
+            else:
+                for key, priority, traj, squeeze in items:
+                    if not lim.can_insert(1):
+                        break
+                    self._insert_locked(key, priority, traj, squeeze, assign)
+                    done += 1
             if done and (gate._waiting or gate._lingering):  # nobody to wake: no call
                 gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
         return done

@@ -11,6 +11,8 @@ class; its public calls validate arguments, wait for the rate limiter and wake o
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +57,29 @@ class TableBookkeeping(TableContents):
             self._delete_slot(victim)
         self._limiter.insert()
         return key
+
+    def _insert_batch_locked(self, items: Sequence[Any]) -> bool:
+        """Inserts admitted items at once, as :meth:`_insert_locked` in turn would, when that
+        needs no per-item decision: their keys are new and distinct, and the table will not
+        go over ``max_size``. Returns False (nothing done) otherwise. Caller holds the lock and
+        has checked that the rate limiter admits all of them."""
+        slots = self._slots
+        k2s = slots.key_to_slot
+        n = len(items)
+        if len(k2s) + n > self._max_size:
+            return False
+        keys, prios, trajs, sqs = zip(*items)
+        if not k2s.keys().isdisjoint(keys) or len(set(keys)) != n:
+            return False
+        new = slots.add_many(keys, prios, trajs, sqs)
+        self._sampler.insert_many(new, prios)
+        self._remover.insert_many(new, prios)
+        if self._max_times_sampled:
+            self._remaining_samples += self._max_times_sampled * n
+        if self._hooks is not None:
+            self._hooks.inserted(list(keys), list(prios))
+        self._limiter.inserts += n
+        return True
 
     # -- sampling admitted items -------------------------------------------------------------------
     def _allowed_locked(self, n: int) -> int:

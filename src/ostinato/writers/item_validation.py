@@ -126,6 +126,22 @@ class ItemValidator:
 
         ``legacy``: the columns are whole steps (the legacy ``Writer``), which a signature of one
         step also describes."""
+        sig = self._signature(table, priority)
+        if sig is None:
+            return
+        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))  # type: ignore[union-attr]
+        if key in self._validated:
+            return
+        shapes = []
+        for c in cols:
+            ch = c._refs[0].chunker  # type: ignore[union-attr]
+            shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
+            shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
+        self._check(table, sig, key, shapes)
+
+    def _signature(self, table: str, priority: float) -> Any:
+        """The table's flat signature (None when it has none: the table is then trivially
+        valid), after checking that it exists and takes ``priority``."""
         try:
             meta = self.table_meta(table)
         except errors.TableNotFoundError as e:
@@ -138,16 +154,33 @@ class ItemValidator:
         sig = meta.flat_signature
         if sig is None:
             self.trivially_valid.add(table)  # exists, no signature: only priorities to check
+        return sig
+
+    def validate_layout(
+        self,
+        table: str,
+        priority: float,
+        sq: tuple[bool, ...],
+        layout: tuple[Any, ...],
+        shapes: list[tuple[Any, tuple[int, ...], Any]],
+    ) -> None:
+        """Raises if items of this column layout may not go to ``table``: the check of
+        :meth:`validate` for a writer that describes its columns itself.
+
+        Args:
+          priority: the lowest priority of the items.
+          layout: identifies the columns (checked once per table and layout).
+          shapes: per column ``(dtype, shape of the item's column, None)``.
+        """
+        sig = self._signature(table, priority)
+        if sig is None:
             return
-        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))  # type: ignore[union-attr]
-        if key in self._validated:
-            return
-        shapes = []
-        for c in cols:
-            ch = c._refs[0].chunker  # type: ignore[union-attr]
-            shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
-            shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
-        check_columns(table, sig, shapes)  # type: ignore[arg-type]
+        key = (table, "layout", sq, layout)
+        if key not in self._validated:
+            self._check(table, sig, key, shapes)
+
+    def _check(self, table: str, sig: Any, key: tuple[Any, ...], shapes: list[Any]) -> None:
+        check_columns(table, sig, shapes)
         if len(self._validated) > 10_000:
             self._validated.clear()
         self._validated.add(key)

@@ -1,0 +1,817 @@
+"""VectorTrajectoryWriter: one writer for ``num_envs`` environments stepped together.
+
+Vectorised environments (gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv``, TF-Agents' batched
+environments) produce one step per environment at a time, every leaf with a leading dimension
+of ``num_envs``. A :class:`~ostinato.writers.trajectory_writer.TrajectoryWriter` per
+environment pays its per-step Python work ``num_envs`` times; this writer takes the batch as it
+comes:
+
+* ``append(step)`` stores each column's ``num_envs`` rows with one numpy store. Every
+  environment (a *lane*) has its own chunks, so items never mix environments, and an item of
+  ``k`` consecutive steps of one lane is one slice of one chunk (two when it straddles a chunk
+  boundary), exactly like a ``TrajectoryWriter``'s;
+* ``create_items(table, priority, trajectory)`` creates one item per selected lane and hands all
+  of them to the stream in one call;
+* history references are step offsets (``history["obs"][-k:]``), resolved per lane only when
+  items are created.
+
+The items are ordinary items: tables, sampling, checkpoints and the network see no difference.
+
+Differences from ``TrajectoryWriter`` (deliberate, for speed): the step structure is fixed by
+the first ``append`` (no partial steps, no ``None`` leaves, no new fields later); string
+columns are not supported; ``end_episode`` does not wait for the items already created (call
+``flush``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optree
+
+from ostinato import errors
+from ostinato.core import items as items_lib
+from ostinato.core.chunks import Chunk
+from ostinato.core.deadline import Deadline
+from ostinato.core.keys import new_key, new_keys
+from ostinato.core.locations import register_block
+from ostinato.core.specs import ALLOWED_KINDS, dtype_name, shape_str
+from ostinato.validate import positive_int
+from ostinato.writers.chunker import (
+    BLOCK_BYTES,
+    BLOCK_MAX_ROW_BYTES,
+    MAX_AUTO_ROWS,
+    TARGET_CHUNK_BYTES,
+)
+from ostinato.writers.item_validation import ItemValidator
+
+if TYPE_CHECKING:
+    from ostinato.transport.base import Transport
+
+_log = logging.getLogger(__name__)
+_NEVER = Deadline.never()
+
+
+class _Lanes:
+    """One column of the writer: per lane, the chunk being filled and the closed chunks that
+    still hold kept steps of the lane's episode.
+
+    A lane's chunk occupies rows ``[start, start + cap)`` of its array (a block shared by the
+    lanes, for small rows); ``pos`` is the row the lane's next value goes to, so the chunk
+    holds ``pos - start`` rows. Two scalars keep the per-step checks off numpy: ``room``, a
+    lower bound on the rows left in every lane's chunk (0: look), and ``minfill``, a lower
+    bound on the rows every lane's chunk holds.
+    """
+
+    def __init__(self, path: tuple[Any, ...], index: int, num_envs: int, keep: int):
+        self.path = path
+        self.index = index
+        self.n = num_envs
+        self.keep = keep
+        self.dtype: np.dtype | None = None
+        self.shape: tuple[int, ...] = ()
+        self.spec: tuple[Any, ...] | None = None
+        self.rows = 0  # rows per chunk
+        self.row_bytes = 1
+        self.blocked = False  # lanes' chunks are carved from shared blocks
+        self.block: np.ndarray | None = None  # the block new chunks are carved from
+        self.block_ro: np.ndarray | None = None
+        self.block_next = 0
+        self.block_code: int | None = None
+        self.arr: list[np.ndarray | None] = [None] * num_envs
+        self.ro: list[np.ndarray | None] = [None] * num_envs
+        self.code: list[int | None] = [None] * num_envs
+        self.start = np.zeros(num_envs, np.int64)
+        self.pos = np.zeros(num_envs, np.int64)
+        self.cap = np.zeros(num_envs, np.int64)
+        self.chunk: list[Chunk | None] = [None] * num_envs
+        self.live = np.zeros(num_envs, bool)  # the lane has a chunk being filled
+        self.room = 0
+        self.minfill = 0
+        #: Per lane, the closed chunks of the episode that hold any of its kept steps, oldest
+        #: first, with their row counts.
+        self.closed: list[deque[tuple[Chunk, int]]] = [deque() for _ in range(num_envs)]
+        #: The array every lane writes into (one store for all), or None.
+        self.common: np.ndarray | None = None
+
+    # -- set-up --------------------------------------------------------------------------------
+    def first(self, arr: np.ndarray, max_chunk_length: int | None) -> None:
+        if arr.dtype.kind not in ALLOWED_KINDS or arr.dtype.kind == "O" or arr.dtype.fields:
+            raise ValueError(
+                f"column {_name(self.path)}: dtype {arr.dtype} is not supported by "
+                "VectorTrajectoryWriter (numeric and bool columns only; write strings with a "
+                "TrajectoryWriter)"
+            )
+        self.dtype = arr.dtype
+        self.shape = tuple(arr.shape[1:])
+        self.spec = (self.dtype, self.shape)
+        row_bytes = max(1, arr.dtype.itemsize * math.prod(self.shape))
+        if max_chunk_length is not None:
+            self.rows = max_chunk_length
+        else:
+            self.rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
+        self.blocked = row_bytes <= BLOCK_MAX_ROW_BYTES
+        self.row_bytes = row_bytes
+
+    def check(self, arr: np.ndarray) -> None:
+        if arr.dtype != self.dtype:
+            raise ValueError(
+                f"Tensor of wrong dtype provided for column {self.path}. Got "
+                f"{dtype_name(arr.dtype)} but expected {dtype_name(self.dtype)}."  # type: ignore[arg-type]
+            )
+        raise ValueError(
+            f"Tensor of incompatible shape provided for column {self.path}. Got "
+            f"{shape_str(arr.shape[1:])} per environment which is incompatible with "
+            f"{shape_str(self.shape)}."
+        )
+
+    # -- chunks --------------------------------------------------------------------------------
+    def _region(self, lane: int) -> None:
+        """Gives ``lane`` a fresh region of ``rows`` rows."""
+        rows = self.rows
+        if self.blocked:
+            if self.block is None or self.block_next + rows > len(self.block):
+                nrows = max(rows * self.n, BLOCK_BYTES // self.row_bytes)
+                self.block = np.empty((nrows, *self.shape), self.dtype)
+                self.block_ro = self.block.view()
+                self.block_ro.flags.writeable = False
+                self.block_next = 0
+                # The chunks' views keep the block alive: it is registered weakly.
+                self.block_code = register_block(self.block)
+            self.arr[lane] = self.block
+            self.ro[lane] = self.block_ro
+            self.code[lane] = self.block_code
+            self.start[lane] = self.block_next
+            self.block_next += rows
+        else:
+            a = np.empty((rows, *self.shape), self.dtype)
+            ro = a.view()
+            ro.flags.writeable = False
+            self.arr[lane] = a
+            self.ro[lane] = ro
+            self.code[lane] = None
+            self.start[lane] = 0
+        self.pos[lane] = self.start[lane]
+        self.cap[lane] = rows
+
+    def make_room(self, lanes: np.ndarray | None, episodes: list[int]) -> None:
+        """Starts a chunk for each of ``lanes`` (default all) whose chunk is full or closed,
+        then recomputes :attr:`room`."""
+        sel = slice(None) if lanes is None else lanes
+        need = self.pos[sel] >= (self.start[sel] + self.cap[sel])
+        need |= ~self.live[sel]
+        if need.any():
+            idx = np.flatnonzero(need) if lanes is None else lanes[need]
+            self._open(idx.tolist(), episodes)
+        # Every lane is live after a call for all of them; after one for some, look again
+        # at the next append.
+        self.room = int((self.start + self.cap - self.pos).min()) if lanes is None else 0
+
+    def _open(self, lanes: list[int], episodes: list[int]) -> None:
+        for lane in lanes:
+            old = self.chunk[lane]
+            f = int(self.pos[lane] - self.start[lane])
+            if old is not None:  # full: kept while it holds kept steps
+                self._keep_closed(lane, old, f)
+                self.chunk[lane] = None
+            self.start[lane] += f
+            self.cap[lane] -= f
+            if self.cap[lane] <= 0:
+                self._region(lane)
+            s = int(self.start[lane])
+            c = int(self.cap[lane])
+            view = self.ro[lane][s : s + c]  # type: ignore[index]
+            code = self.code[lane]
+            self.chunk[lane] = Chunk(
+                new_key(),
+                view,
+                episodes[lane],
+                nbytes=view.nbytes,
+                spec=self.spec,
+                origin=None if code is None else (code, s),
+            )
+            self.live[lane] = True
+        self.minfill = 0
+        arrs = self.arr
+        first = arrs[0]
+        self.common = first if self.blocked and all(a is first for a in arrs) else None
+
+    def _keep_closed(self, lane: int, chunk: Chunk, rows: int) -> None:
+        q = self.closed[lane]
+        q.append((chunk, rows))
+        # Drop chunks no kept step is in: the newest ``keep`` steps are the current chunk's
+        # rows and those of the newest closed chunks.
+        total = 0
+        for i in range(len(q) - 1, -1, -1):
+            if total >= self.keep:
+                for _ in range(i + 1):
+                    q.popleft()
+                break
+            total += q[i][1]
+
+    def close_lane(self, lane: int, clear: bool) -> None:
+        """Ends the lane's chunk (its unused rows stay for the lane's next chunk); with
+        ``clear`` the closed chunks are forgotten too."""
+        chunk = self.chunk[lane]
+        if chunk is not None:
+            s = int(self.start[lane])
+            f = int(self.pos[lane]) - s
+            if f < int(self.cap[lane]):
+                chunk.data = self.ro[lane][s : s + f]  # type: ignore[index]
+                chunk.nbytes = chunk.data.nbytes
+            if not clear:
+                self._keep_closed(lane, chunk, f)
+            self.chunk[lane] = None
+            self.live[lane] = False
+            self.start[lane] = s + f
+            self.cap[lane] -= f
+        if clear:
+            self.closed[lane].clear()
+        self.room = 0
+        self.minfill = 0
+
+    def store(self, values: np.ndarray, lanes: np.ndarray | None) -> None:
+        """Writes row ``lane`` of ``values`` for each lane (all lanes when ``lanes`` is None);
+        :meth:`make_room` has run."""
+        common = self.common
+        pos = self.pos
+        if lanes is None:
+            if common is not None:
+                common[pos] = values
+            else:
+                for i, a in enumerate(self.arr):
+                    a[pos[i]] = values[i]  # type: ignore[index]
+            pos += 1
+            self.minfill += 1
+        else:
+            if common is not None:
+                common[pos[lanes]] = values[lanes]
+            else:
+                for i in lanes.tolist():
+                    self.arr[i][pos[i]] = values[i]  # type: ignore[index]
+            pos[lanes] += 1
+        self.room -= 1
+
+    def fill(self, lane: int) -> int:
+        return int(self.pos[lane] - self.start[lane])
+
+    def slices(self, lane: int, back: int, length: int) -> list[tuple[Chunk, int, int]]:
+        """The slices of the lane's steps ``[E - back, E - back + length)`` (``E`` the lane's
+        step count), walking back through closed chunks."""
+        f = self.fill(lane)
+        chunk = self.chunk[lane]
+        seq: list[tuple[Chunk, int]] = []  # newest first: (chunk, rows)
+        if chunk is not None and f:
+            seq.append((chunk, f))
+        seq.extend(reversed(self.closed[lane]))
+        out: list[tuple[Chunk, int, int]] = []
+        # Steps counted back from the newest (1 = newest): the item wants (back - length, back].
+        want_lo, want_hi = back - length, back
+        pos = 0
+        for c, rows in seq:
+            lo, hi = pos, pos + rows  # this chunk holds back distances (lo, hi]
+            a = max(lo, want_lo)
+            b = min(hi, want_hi)
+            if a < b:
+                out.append((c, rows - (b - lo), b - a))
+            pos = hi
+            if pos >= want_hi:
+                break
+        out.reverse()
+        return out
+
+    def chunk_keys(self) -> set[int]:
+        keys = {c.key for c in self.chunk if c is not None}
+        for q in self.closed:
+            keys.update(c.key for c, _ in q)
+        return keys
+
+
+def _name(path: tuple[Any, ...]) -> str:
+    return "/".join(map(str, path)) or "?"
+
+
+class VectorColumn:
+    """Steps of one column for every lane, counted back from each lane's newest step; what
+    ``writer.history[...][-k:]`` gives. ``squeeze``: a single step without a time
+    dimension (``history[...][-1]``)."""
+
+    __slots__ = ("lanes", "back", "length", "squeeze")
+
+    def __init__(self, lanes: _Lanes, back: int, length: int, squeeze: bool):
+        self.lanes = lanes
+        self.back = back
+        self.length = length
+        self.squeeze = squeeze
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        inner = self.lanes.shape
+        return inner if self.squeeze else (self.length, *inner)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        return self.lanes.dtype
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorColumn(path={self.lanes.path}, steps=[-{self.back}, "
+            f"-{self.back - self.length}), squeeze={self.squeeze})"
+        )
+
+
+class VectorColumnHistory:
+    """One column's history for every lane (``writer.history["obs"]``).
+
+    Index it with negative offsets, which count back from each lane's newest step:
+    ``[-1]`` (the newest step, squeezed), ``[-k:]`` (the newest ``k`` steps), ``[-k:-j]``.
+    Positive indices are refused: lanes are at different points of their episodes.
+    """
+
+    __slots__ = ("_lanes", "_writer")
+
+    def __init__(self, lanes: _Lanes, writer: VectorTrajectoryWriter):
+        self._lanes = lanes
+        self._writer = writer
+
+    def __getitem__(self, index: Any) -> VectorColumn:
+        keep = self._lanes.keep
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            i = int(index)
+            if not -keep <= i < 0:
+                raise IndexError(
+                    f"history index {i} of column {_name(self._lanes.path)}: a "
+                    f"VectorTrajectoryWriter takes negative indices from -1 to -{keep} "
+                    "(num_keep_alive_refs), counted back from each environment's newest step"
+                )
+            return VectorColumn(self._lanes, -i, 1, True)
+        if isinstance(index, slice):
+            start, stop, step = index.start, index.stop, index.step
+            if (
+                step not in (None, 1)
+                or not isinstance(start, (int, np.integer))
+                or not -keep <= int(start) < 0
+                or not (stop is None or (isinstance(stop, (int, np.integer)) and start < stop <= 0))
+            ):
+                raise IndexError(
+                    f"history slice {index} of column {_name(self._lanes.path)}: a "
+                    "VectorTrajectoryWriter takes [-k:] or [-k:-j] with 1 <= j < k <= "
+                    f"{keep} (num_keep_alive_refs), counted back from each environment's "
+                    "newest step"
+                )
+            back = -int(start)
+            end = 0 if stop is None else -int(stop)
+            return VectorColumn(self._lanes, back, back - end, False)
+        raise TypeError(
+            f"history indices must be negative integers or slices, not {type(index).__name__}"
+        )
+
+    def __len__(self) -> int:
+        raise TypeError(
+            "a VectorTrajectoryWriter's history has one length per environment: "
+            "see writer.episode_steps"
+        )
+
+    def numpy(self, lane: int) -> np.ndarray:
+        """The kept steps of ``lane``'s episode, stacked (a copy)."""
+        n = int(min(self._writer.episode_steps[lane], self._lanes.keep))
+        if n == 0:
+            return np.empty((0, *self._lanes.shape), self._lanes.dtype)
+        parts = [
+            c.data[o : o + ln]  # type: ignore[index]
+            for c, o, ln in self._lanes.slices(lane, n, n)
+        ]
+        return np.concatenate(parts)
+
+    def __repr__(self) -> str:
+        return f"VectorColumnHistory(path={self._lanes.path}, num_envs={self._lanes.n})"
+
+
+def _is_vcol(x: Any) -> bool:
+    return isinstance(x, VectorColumn)
+
+
+class VectorTrajectoryWriter:
+    """Appends a batch of steps, one per environment, and creates their items in one call.
+
+    Obtain one with ``client.vector_writer(num_envs, num_keep_alive_refs)``. Not thread-safe.
+
+    Args:
+      transport: the client's transport.
+      num_envs: the number of environments (lanes); every leaf of a step has this leading
+        dimension.
+      num_keep_alive_refs: how many of each environment's newest steps items may refer to.
+      validate_items: check table names, priorities and signatures (once per layout).
+      max_chunk_length: rows per chunk of each environment; default sizes chunks by bytes.
+      max_pending_items: items created but not yet in their tables before ``create_items``
+        blocks (default as for ``trajectory_writer``).
+      signature_timeout_ms: how long to wait for a table's signature; ``None`` waits forever.
+
+    Example:
+      >>> with client.vector_writer(num_envs=16, num_keep_alive_refs=2) as w:
+      ...     obs, _ = envs.reset(seed=0)
+      ...     for t in range(1000):
+      ...         actions = policy(obs)
+      ...         next_obs, rewards, terminated, truncated, _ = envs.step(actions)
+      ...         w.append({"obs": obs, "action": actions, "reward": rewards})
+      ...         w.create_items("replay", 1.0, {"obs": w.history["obs"][-2:],
+      ...                                        "action": w.history["action"][-1]},
+      ...                        mask=w.episode_steps >= 2)
+      ...         w.end_episode(terminated | truncated)
+      ...         obs = next_obs
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        num_envs: int,
+        num_keep_alive_refs: int,
+        *,
+        validate_items: bool = True,
+        max_chunk_length: int | None = None,
+        max_pending_items: int | None = None,
+        signature_timeout_ms: int | None = None,
+    ):
+        self._n = positive_int("num_envs", num_envs)
+        self._keep = positive_int("num_keep_alive_refs", num_keep_alive_refs)
+        positive_int("max_chunk_length", max_chunk_length, none_ok=True)
+        positive_int("max_pending_items", max_pending_items, none_ok=True)
+        self._max_chunk_length = max_chunk_length
+        self._validate = bool(validate_items)
+        self._validator = ItemValidator(transport, signature_timeout_ms)
+        self._columns: list[_Lanes] = []
+        self._treespec: Any = None
+        self._keys: tuple[Any, ...] | None = None  # a flat dict's keys, in its order
+        self._dict_order: list[_Lanes] | None = None  # those keys' columns
+        self._history: Any = None
+        self._traj_cache: dict[tuple[Any, ...], list[str]] = {}
+        self._steps = np.zeros(self._n, np.int64)
+        self._episodes = [new_key() for _ in range(self._n)]
+        self._closed = False
+        self._stream = transport.writer_stream(
+            self._keep_keys, None if max_pending_items is None else int(max_pending_items)
+        )
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        return self._n
+
+    @property
+    def episode_steps(self) -> np.ndarray:
+        """Steps appended to each environment's episode (a copy, int64)."""
+        return self._steps.copy()
+
+    @property
+    def history(self) -> Any:
+        """The step structure with each leaf replaced by its :class:`VectorColumnHistory`."""
+        if self._history is None:
+            raise RuntimeError(
+                "history cannot be accessed before `append` is called at least once."
+            )
+        return self._history
+
+    @property
+    def num_pending_items(self) -> int:
+        return self._stream.pending()
+
+    # -- append ---------------------------------------------------------------------------------
+    def _mask(self, mask: Any, name: str = "mask") -> np.ndarray | None:
+        """``mask`` as the indices of the selected lanes, or None for all of them."""
+        if mask is None:
+            return None
+        m = np.asarray(mask)
+        if m.dtype != bool or m.shape != (self._n,):
+            raise ValueError(
+                f"{name} must be None or a bool array of shape ({self._n},) (one flag per "
+                f"environment); got {m.dtype} {m.shape}"
+            )
+        if m.all():
+            return None
+        return np.flatnonzero(m)
+
+    def _learn(self, step: Any) -> None:
+        paths, leaves, spec = optree.tree_flatten_with_path(step, none_is_leaf=True)
+        if not leaves:
+            raise ValueError("a step must have at least one leaf")
+        cols = []
+        for i, (p, leaf) in enumerate(zip(paths, leaves)):
+            if leaf is None:
+                raise ValueError(
+                    f"leaf {_name(tuple(p))} is None: a VectorTrajectoryWriter writes every "
+                    "column at every step"
+                )
+            col = _Lanes(tuple(p), i, self._n, self._keep)
+            arr = self._array(leaf, col)
+            col.first(arr, self._max_chunk_length)
+            cols.append(col)
+        self._columns = cols
+        self._treespec = spec
+        self._history = optree.tree_unflatten(spec, [VectorColumnHistory(c, self) for c in cols])
+        if type(step) is dict and all(type(k) is str for k in step):
+            self._keys = tuple(step)
+            by_path = {c.path: c for c in cols}
+            self._dict_order = [by_path[(k,)] for k in step]
+
+    def _array(self, leaf: Any, col: _Lanes) -> np.ndarray:
+        arr = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
+        if arr.ndim == 0 or arr.shape[0] != self._n:
+            raise ValueError(
+                f"column {_name(col.path)} has shape {arr.shape}, but a writer for "
+                f"num_envs={self._n} needs a leading dimension of {self._n} on every leaf"
+            )
+        return arr
+
+    def append(self, step: Any, mask: Any = None) -> None:
+        """Appends one step to every environment (or to those ``mask`` selects).
+
+        Args:
+          step: a nest whose leaves all have a leading dimension of ``num_envs`` (row ``i``
+            is environment ``i``'s value). The structure, dtypes and shapes are those of the
+            first step.
+          mask: ``None`` (every environment) or a bool array of shape ``(num_envs,)``; rows
+            of unselected environments are ignored.
+
+        Raises:
+          ValueError: a leaf's leading dimension, dtype or shape differs; another structure.
+        """
+        if self._closed:
+            self._check_usable()
+        lanes = self._mask(mask)
+        if self._columns and type(step) is dict and tuple(step) == self._keys:
+            cols = self._dict_order
+            leaves = list(step.values())
+        else:
+            if not self._columns:
+                self._learn(step)
+            leaves, spec = optree.tree_flatten(step, none_is_leaf=True)
+            if spec != self._treespec:
+                raise ValueError(
+                    f"step structure {spec} differs from the first step's {self._treespec}"
+                )
+            cols = self._columns
+        arrays = []
+        n = self._n
+        for leaf, col in zip(leaves, cols):  # type: ignore[arg-type]
+            arr = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
+            s = arr.shape
+            if not s or s[0] != n:
+                self._array(arr, col)  # raises
+            if (arr.dtype is not col.dtype and arr.dtype != col.dtype) or s[1:] != col.shape:
+                col.check(arr)  # raises
+            arrays.append(arr)
+        if lanes is not None and not len(lanes):
+            return  # checked, nothing to write
+        for arr, col in zip(arrays, cols):  # type: ignore[arg-type]
+            if col.room <= 0:  # some lane's chunk may be full or closed: look
+                col.make_room(lanes, self._episodes)
+            col.store(arr, lanes)
+        if lanes is None:
+            self._steps += 1
+        else:
+            self._steps[lanes] += 1
+
+    # -- items ----------------------------------------------------------------------------------
+    def _columns_of(self, trajectory: Any) -> list[VectorColumn]:
+        if type(trajectory) is dict:
+            order = self._traj_cache.get(tuple(trajectory))
+            if order is None:
+                order = sorted(trajectory)
+                self._traj_cache[tuple(trajectory)] = order
+            cols = [trajectory[k] for k in order]
+            if all(type(c) is VectorColumn for c in cols) and cols:
+                return cols
+        cols = optree.tree_leaves(trajectory, is_leaf=_is_vcol, none_is_leaf=True)
+        if not cols:
+            raise ValueError("trajectory must not be empty.")
+        for c in cols:
+            if not isinstance(c, VectorColumn):
+                raise TypeError(
+                    "All leaves of `trajectory` must be columns of this writer's history "
+                    f"(writer.history[...][-k:]) but got {type(c).__name__}"
+                )
+            if c.lanes not in self._columns:
+                raise ValueError(f"column {c!r} is not from this writer's history")
+        return cols
+
+    def create_items(
+        self,
+        table: str,
+        priority: Any,
+        trajectory: Any,
+        *,
+        mask: Any = None,
+        timeout_ms: int | None = None,
+    ) -> int:
+        """Creates one item per selected environment from its own steps.
+
+        Args:
+          table: the table's name.
+          priority: one priority for all items, or an array of ``num_envs`` (entry ``i`` for
+            environment ``i``).
+          trajectory: a nest of columns from :attr:`history` (``history["obs"][-k:]``).
+          mask: ``None`` (every environment) or a bool array of shape ``(num_envs,)``. Every
+            selected environment must have at least as many steps in its episode as the
+            trajectory reaches back.
+          timeout_ms: how long to wait when ``max_pending_items`` items already wait for
+            their tables; ``None`` waits forever.
+
+        Returns:
+          The number of items created.
+
+        Raises:
+          ValueError: a NaN priority, an environment without enough steps, a column that does
+            not match the table's signature. No item of the call is created then.
+        """
+        if self._closed:
+            self._check_usable()
+        lanes = self._mask(mask)
+        sel = np.arange(self._n) if lanes is None else lanes
+        count = len(sel)
+        if not count:
+            return 0
+        cols = self._columns_of(trajectory)
+        prio = np.asarray(priority, dtype=np.float64)
+        if prio.ndim == 0:
+            p = float(prio)
+            if p != p:
+                raise ValueError("`priority` must not be nan.")
+            prios: Any = None
+        else:
+            if prio.shape != (self._n,):
+                raise ValueError(
+                    f"priority must be a number or an array of shape ({self._n},); got shape "
+                    f"{prio.shape}"
+                )
+            prios = prio[sel]
+            if np.isnan(prios).any():
+                raise ValueError("`priority` must not be nan.")
+            p = float(prios.min())
+        reach = max(c.back for c in cols)
+        steps = self._steps[sel]
+        short = steps < reach
+        if short.any():
+            env = int(sel[np.flatnonzero(short)[0]])
+            raise ValueError(
+                f"environment {env} has {int(self._steps[env])} steps in its episode, but the "
+                f"trajectory reaches {reach} steps back; select environments with enough "
+                "steps through mask= (e.g. mask=writer.episode_steps >= "
+                f"{reach})"
+            )
+        sq = items_lib.intern_squeeze([c.squeeze for c in cols])
+        if self._validate and (table not in self._validator.trivially_valid or p < 0):
+            self._validator.validate_layout(
+                table,
+                p,
+                sq,
+                tuple((id(c.lanes), c.length, c.squeeze) for c in cols),
+                [(c.lanes.dtype, c.shape, None) for c in cols],
+            )
+        # Packed trajectories: per column a (chunk, offset, length) triple per item.
+        parts: list[Any] = []
+        flat = True
+        sel_list = sel.tolist()
+        for c in cols:
+            lanes_c = c.lanes
+            if lanes is None and c.back <= lanes_c.minfill:  # in every lane's current chunk
+                parts.append(lanes_c.chunk)
+                parts.append((lanes_c.pos - lanes_c.start - c.back).tolist())
+                parts.append(repeat(c.length, count))
+                continue
+            offs = lanes_c.pos[sel] - lanes_c.start[sel] - c.back
+            if (offs >= 0).all():  # in each lane's current chunk
+                ch = lanes_c.chunk
+                parts.append([ch[i] for i in sel_list])
+                parts.append(offs.tolist())
+                parts.append(repeat(c.length, count))
+            else:
+                sl = [lanes_c.slices(i, c.back, c.length) for i in sel_list]
+                if all(len(x) == 1 for x in sl):
+                    parts.append([x[0][0] for x in sl])
+                    parts.append([x[0][1] for x in sl])
+                    parts.append([x[0][2] for x in sl])
+                else:
+                    flat = False
+                    parts.append(sl)
+        if flat:
+            packed = list(zip(*parts))
+        else:
+            parts = [list(x) if isinstance(x, repeat) else x for x in parts]
+            packed = [_repack(parts, j) for j in range(count)]
+        keys = new_keys(count)
+        items = list(
+            zip(keys, repeat(p, count) if prios is None else prios.tolist(), packed, repeat(sq))
+        )
+        deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
+        try:
+            self._stream.insert(table, items, deadline)
+        except errors.DeadlineExceededError as e:
+            raise errors.DeadlineExceededError(
+                f"create_items waited for the server to accept pending items: {e}"
+            ) from e
+        return count
+
+    def _keep_keys(self) -> set[int]:
+        keys: set[int] = set()
+        for col in list(self._columns):
+            keys |= col.chunk_keys()
+        return keys
+
+    # -- episodes, flush, lifecycle ---------------------------------------------------------------
+    def end_episode(self, mask: Any = None, *, clear_buffers: bool = True) -> None:
+        """Starts a new episode in the selected environments (default all).
+
+        Their chunks are closed; with ``clear_buffers`` their history is emptied (and
+        ``episode_steps`` set to 0). Unlike ``TrajectoryWriter.end_episode`` this does not
+        wait for the items already created: call :meth:`flush` for that.
+        """
+        if self._closed:
+            self._check_usable()
+        lanes = self._mask(mask)
+        idx = range(self._n) if lanes is None else lanes.tolist()
+        for i in idx:
+            for col in self._columns:
+                col.close_lane(i, clear_buffers)
+            self._episodes[i] = new_key()
+            if clear_buffers:
+                self._steps[i] = 0
+        for col in self._columns:
+            col.common = None
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Waits until at most ``block_until_num_items`` created items are not yet in their
+        tables (``timeout_ms``: ``None`` waits forever).
+
+        Raises:
+          DeadlineExceededError: the deadline passed; pending items keep being delivered.
+        """
+        if block_until_num_items < 0:
+            raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
+        if self._closed:
+            return
+        try:
+            self._stream.wait(block_until_num_items, Deadline.from_ms(timeout_ms))
+        except errors.DeadlineExceededError as e:
+            raise errors.DeadlineExceededError(
+                f"Flush call did not complete within {timeout_ms} ms "
+                f"({self._stream.pending()} items not yet confirmed: {e})"
+            ) from e
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.FailedPreconditionError("VectorTrajectoryWriter::Close has been called.")
+
+    def close(self) -> None:
+        """Stops the writer. Items not yet sent are dropped (with a warning)."""
+        if self._closed:
+            return
+        self._closed = True
+        n = self._stream.close()
+        self._trim()
+        if n:
+            _log.warning(
+                "VectorTrajectoryWriter closed with %d items not delivered; call flush() "
+                "before close() to deliver them.",
+                n,
+            )
+
+    def _trim(self) -> None:
+        for col in self._columns:
+            for i in range(self._n):
+                col.close_lane(i, True)
+
+    def __enter__(self) -> VectorTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None and not self._closed:
+                self.flush()
+        finally:
+            self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorTrajectoryWriter(num_envs={self._n}, columns={len(self._columns)}, "
+            f"pending={self._stream.pending()}, closed={self._closed})"
+        )
+
+
+def _repack(parts: list[Any], j: int) -> tuple[Any, ...]:
+    """Item ``j``'s packed trajectory in per-column form (some column has several slices)."""
+    out: list[tuple[Any, ...]] = []
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p and isinstance(p[0], list):  # a column's slices per item
+            out.append(tuple(p[j]))
+            i += 1
+        else:
+            out.append(((parts[i][j], parts[i + 1][j], parts[i + 2][j]),))
+            i += 3
+    return tuple(out)

@@ -1,0 +1,136 @@
+"""A batch of items inserted at once leaves a table exactly as inserting them one by one does.
+
+``Table.try_insert_many`` takes a whole batch in one step when the rate limiter admits all of
+it, the keys are new and the table stays within ``max_size`` (what a
+``VectorTrajectoryWriter``'s ``create_items`` hands it). Every other case goes item by item;
+both must give the same slots, sampling, eviction order, statistics and chunk references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ostinato as reverb
+from ostinato import errors
+from ostinato.core.chunks import Chunk
+from ostinato.core.table import Table
+
+SELECTORS = {
+    "uniform": reverb.selectors.Uniform,
+    "prioritized": lambda: reverb.selectors.Prioritized(0.8),
+    "fifo": reverb.selectors.Fifo,
+    "lifo": reverb.selectors.Lifo,
+    "minheap": reverb.selectors.MinHeap,
+    "maxheap": reverb.selectors.MaxHeap,
+}
+
+
+def _table(sampler: str, remover: str, max_size: int, mts: int) -> Table:
+    t = Table(
+        "t",
+        SELECTORS[sampler](),
+        SELECTORS[remover](),
+        max_size=max_size,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        max_times_sampled=mts,
+    )
+    t._rng = np.random.default_rng(7)
+    return t
+
+
+def _items(n: int, seed: int) -> list[tuple]:
+    rng = np.random.default_rng(seed)
+    chunks = [Chunk(1000 + i, np.zeros((4, 2), np.float32), episode_id=i % 3) for i in range(5)]
+    out = []
+    for k in range(n):
+        a, b = rng.integers(0, 5, 2)
+        traj = (chunks[a], int(rng.integers(0, 4)), 1, chunks[b], 0, 1)
+        out.append((int(k + 1), float(rng.integers(0, 4)), traj, (True, True)))
+    return out
+
+
+def _layout(traj: tuple) -> tuple:
+    return tuple(x.key if isinstance(x, Chunk) else x for x in traj)
+
+
+def _state(t: Table) -> tuple:
+    s = t._slots
+    slots = sorted(s.key_to_slot.items())
+    return (
+        slots,
+        [(float(s.a_prio[v]), int(s.a_seq[v]), _layout(s.traj[v])) for _, v in slots],
+        dict(s.episode_refs),
+        sorted((c.key, c.refs) for c in s.store.chunks()),
+        t.info.current_size,
+        t.info.rate_limiter_info.insert_stats.completed,
+    )
+
+
+def _sample(t: Table) -> tuple:
+    try:
+        s = t.sample(2, timeout=0)
+    except errors.RateLimiterTimeout:  # max_times_sampled emptied it
+        return None, None
+    return s.keys.tolist(), s.probabilities.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sampler=st.sampled_from(sorted(SELECTORS)),
+    remover=st.sampled_from(sorted(SELECTORS)),
+    batches=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    max_size=st.integers(5, 40),
+    mts=st.sampled_from([0, 2]),
+    seed=st.integers(0, 1000),
+)
+def test_batch_equals_one_by_one(sampler, remover, batches, max_size, mts, seed):
+    one, many = _table(sampler, remover, max_size, mts), _table(sampler, remover, max_size, mts)
+    for it in _items(sum(batches), seed):  # each table gets its own chunk objects
+        assert one.try_insert_many([it]) == 1
+    items = _items(sum(batches), seed)
+    i = 0
+    for b in batches:
+        assert many.try_insert_many(items[i : i + b]) == b
+        i += b
+    assert _state(one) == _state(many)
+    # Sampling (and max_times_sampled deletions) and later evictions go the same way.
+    for t in (one, many):
+        t._rng = np.random.default_rng(seed)
+    for _ in range(3):
+        a, b = _sample(one), _sample(many)
+        assert a[0] == b[0]
+        assert a[1] == pytest.approx(b[1])
+    for t in (one, many):
+        t.try_insert_many([(10_000 + k, p, tr, sq) for k, p, tr, sq in _items(max_size, seed + 1)])
+    assert _state(one) == _state(many)
+
+
+def test_batch_with_a_known_key_goes_item_by_item():
+    """A batch holding a key the table has (or a key twice) is inserted one by one: a fresh
+    key is drawn for the collision, as for single inserts."""
+    t = _table("uniform", "fifo", 100, 0)
+    items = _items(4, 0)
+    t.try_insert_many(items[:2])
+    assert t.try_insert_many(items) == 4
+    assert len(t) == 6
+    t2 = _table("uniform", "fifo", 100, 0)
+    assert t2.try_insert_many([items[0], items[0]]) == 2
+    assert len(t2) == 2
+
+
+def test_batch_the_rate_limiter_stops_partway():
+    """A limiter that admits only part of a batch takes that prefix (item by item)."""
+    t = Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        max_size=100,
+        rate_limiter=reverb.rate_limiters.SampleToInsertRatio(1.0, 1, 2.0),
+    )
+    items = _items(10, 1)
+    done = t.try_insert_many(items)
+    assert 0 < done < 10
+    assert len(t) == done

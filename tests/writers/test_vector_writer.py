@@ -1,0 +1,282 @@
+"""VectorTrajectoryWriter: one writer for num_envs environments, against real servers.
+
+The reference is what Reverb users write: one TrajectoryWriter per environment. Random
+sequences of appends, item creations and episode ends (with masks, chunk boundaries and items
+that span chunks) must store the same items, in the same order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ostinato as reverb
+from ostinato import errors
+
+QUEUE = 100_000
+
+
+def _tables():
+    return [reverb.Table.queue("vec", QUEUE), reverb.Table.queue("ref", QUEUE)]
+
+
+def _drain(client, table):
+    n = client.server_info()[table].current_size
+    if not n:
+        return []
+    out = []
+    for s in client.sample(table, n, emit_timesteps=False):
+        out.append(tuple(np.asarray(x).tobytes() for x in s.data))
+    return out
+
+
+def _step(rng, n, t):
+    return {
+        "env": np.arange(n, dtype=np.int32),
+        "t": np.full(n, t, np.int64),
+        "obs": rng.standard_normal((n, 3)).astype(np.float32),
+    }
+
+
+def _run_ops(client, ops, n, keep, chunk):
+    """Applies ``ops`` to a vector writer ("vec") and to one TrajectoryWriter per
+    environment ("ref")."""
+    rng = np.random.default_rng(0)
+    vw = client.vector_writer(n, keep, max_chunk_length=chunk)
+    refs = [client.trajectory_writer(keep, max_chunk_length=chunk) for _ in range(n)]
+    t = 0
+    for op, mask, a, b in ops:
+        m = np.array(mask[:n] + [True] * (n - len(mask)), bool)
+        if op == "append":
+            step = _step(rng, n, t)
+            t += 1
+            vw.append(step, mask=m)
+            for i in np.flatnonzero(m):
+                refs[i].append({k: v[i] for k, v in step.items()})
+        elif op == "items":
+            if not t:
+                continue
+            back = 1 + a % keep
+            length = 1 + b % back
+            m &= vw.episode_steps >= back
+            sl = slice(-back, None if back == length else -back + length)
+            traj = {k: vw.history[k][sl] for k in ("env", "t", "obs")}
+            assert vw.create_items("vec", 1.0, traj, mask=m) == m.sum()
+            for i in np.flatnonzero(m):
+                w = refs[i]
+                w.create_item("ref", 1.0, {k: w.history[k][sl] for k in ("env", "t", "obs")})
+        else:
+            vw.end_episode(m)
+            for i in np.flatnonzero(m):
+                refs[i].end_episode()
+    vw.flush()
+    for w in refs:
+        w.flush()
+    return vw, refs
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "append", "append", "items", "items", "end"]),
+        st.lists(st.booleans(), max_size=5),
+        st.integers(0, 10),
+        st.integers(0, 10),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, n=st.integers(1, 5), keep=st.integers(1, 5), chunk=st.sampled_from([None, 1, 2, 3]))
+def test_same_items_as_one_writer_per_environment(ops, n, keep, chunk):
+    server = reverb.Server(_tables())
+    try:
+        client = server.localhost_client()
+        vw, refs = _run_ops(client, ops, n, keep, chunk)
+        assert _drain(client, "vec") == _drain(client, "ref")
+        vw.close()
+        for w in refs:
+            w.close()
+    finally:
+        server.stop()
+
+
+def test_over_the_network(serve):
+    """The same items through a server in another process (and an embedded one)."""
+    client = serve(
+        "import ostinato as reverb\n"
+        f"TABLES = [reverb.Table.queue('vec', {QUEUE}), reverb.Table.queue('ref', {QUEUE})]\n"
+    )
+    rng = np.random.default_rng(3)
+    ops = []
+    for _ in range(80):
+        op = ["append", "append", "items", "end"][rng.integers(0, 4)]
+        ops.append((op, rng.integers(0, 2, 4).astype(bool).tolist(), *rng.integers(0, 10, 2)))
+    vw, refs = _run_ops(client, ops, 4, 4, 2)
+    vec, ref = _drain(client, "vec"), _drain(client, "ref")
+    assert len(vec) > 20
+    assert vec == ref
+    vw.close()
+
+
+@pytest.fixture()
+def client(make_server):
+    server = make_server(
+        reverb.Table(
+            "t",
+            reverb.selectors.Fifo(),
+            reverb.selectors.Fifo(),
+            10_000,
+            reverb.rate_limiters.MinSize(1),
+        ),
+        reverb.Table(
+            "sig",
+            reverb.selectors.Fifo(),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(1),
+            signature={"obs": reverb.TensorSpec([2, 3], np.float32)},
+        ),
+        reverb.Table(
+            "prio",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            100,
+            reverb.rate_limiters.MinSize(1),
+        ),
+    )
+    return server.localhost_client()
+
+
+def _obs(n, t=0.0):
+    return {"obs": np.full((n, 3), t, np.float32)}
+
+
+def test_items_data_and_priorities(client):
+    with client.vector_writer(3, 2) as w:
+        for t in range(3):
+            w.append(_obs(3, t))
+        assert w.episode_steps.tolist() == [3, 3, 3]
+        assert (
+            w.create_items("prio", np.array([1.0, 2.0, 3.0]), {"obs": w.history["obs"][-2:]}) == 3
+        )
+        assert w.create_items("t", 0.5, {"obs": w.history["obs"][-1]}) == 3
+    info = client.server_info()
+    assert info["prio"].current_size == 3 and info["t"].current_size == 3
+    batch = client.sample_batch("t", 3)
+    assert batch.data[0].shape == (3, 3)
+    assert (batch.data[0] == 2.0).all()
+    b2 = client.sample_batch("prio", 50)
+    assert b2.data[0].shape == (50, 2, 3)
+    assert sorted(set(b2.info.priority.tolist())) == [1.0, 2.0, 3.0]
+    assert (b2.data[0][:, 0] == 1.0).all() and (b2.data[0][:, 1] == 2.0).all()
+
+
+def test_history_numpy_per_environment(client):
+    w = client.vector_writer(2, 3)
+    for t in range(5):
+        w.append({"x": np.array([t, 10 + t], np.int64)})
+    assert w.history["x"].numpy(1).tolist() == [12, 13, 14]
+    w.end_episode(np.array([True, False]))
+    assert w.episode_steps.tolist() == [0, 5]
+    assert w.history["x"].numpy(0).tolist() == []
+    w.close()
+
+
+def test_signature_checked_once_per_layout(client):
+    w = client.vector_writer(2, 2)
+    w.append(_obs(2))
+    w.append(_obs(2))
+    assert w.create_items("sig", 1.0, {"obs": w.history["obs"][-2:]}) == 2
+    with pytest.raises(ValueError, match="sig"):
+        w.create_items("sig", 1.0, {"obs": w.history["obs"][-1:]})
+    w.close()
+
+
+@pytest.mark.parametrize(
+    "step,match",
+    [
+        ({"obs": np.zeros((3, 3), np.float32)}, "leading dimension of 2"),
+        ({"obs": np.zeros((2, 4), np.float32)}, "incompatible shape"),
+        ({"obs": np.zeros((2, 3), np.float64)}, "wrong dtype"),
+        ({"obs": np.float32(1)}, "leading dimension"),
+    ],
+)
+def test_bad_steps(client, step, match):
+    w = client.vector_writer(2, 2)
+    w.append(_obs(2))
+    with pytest.raises(ValueError, match=match):
+        w.append(step)
+    # Nothing was written: the next good step is the second.
+    w.append(_obs(2, 1.0))
+    assert w.episode_steps.tolist() == [2, 2]
+    w.close()
+
+
+def test_first_step_errors(client):
+    with pytest.raises(ValueError, match="strings"):
+        client.vector_writer(2, 1).append({"s": np.array([b"a", b"b"], object)})
+    with pytest.raises(ValueError, match="None"):
+        client.vector_writer(2, 1).append({"a": None, "b": np.zeros(2)})
+    w = client.vector_writer(2, 1)
+    w.append(_obs(2))
+    with pytest.raises(ValueError, match="structure"):
+        w.append({"other": np.zeros(2)})
+
+
+def test_bad_item_requests(client):
+    w = client.vector_writer(2, 2)
+    w.append(_obs(2))
+    with pytest.raises(IndexError, match="-1 to -2"):
+        w.history["obs"][-3]
+    with pytest.raises(IndexError, match="negative"):
+        w.history["obs"][0]
+    with pytest.raises(IndexError):
+        w.history["obs"][0:1]
+    with pytest.raises(ValueError, match="environment 0 has 1 steps"):
+        w.create_items("t", 1.0, {"obs": w.history["obs"][-2:]})
+    with pytest.raises(ValueError, match="nan"):
+        w.create_items("t", float("nan"), {"obs": w.history["obs"][-1]})
+    with pytest.raises(ValueError, match="shape"):
+        w.create_items("t", np.ones(3), {"obs": w.history["obs"][-1]})
+    with pytest.raises(ValueError, match="mask"):
+        w.create_items("t", 1.0, {"obs": w.history["obs"][-1]}, mask=[True])
+    with pytest.raises(TypeError, match="columns of this writer"):
+        w.create_items("t", 1.0, {"obs": 3})
+    with pytest.raises(errors.InvalidArgumentError, match="negative"):
+        w.create_items("prio", -1.0, {"obs": w.history["obs"][-1]})
+    with pytest.raises(errors.TableNotFoundError):
+        w.create_items("nope", 1.0, {"obs": w.history["obs"][-1]})
+    assert client.server_info()["t"].current_size == 0
+    assert w.create_items("t", 1.0, {"obs": w.history["obs"][-1]}, mask=np.zeros(2, bool)) == 0
+    w.close()
+    with pytest.raises(errors.FailedPreconditionError):
+        w.append(_obs(2))
+
+
+def test_argument_checks(client):
+    with pytest.raises(ValueError, match="num_envs"):
+        client.vector_writer(0, 1)
+    with pytest.raises(ValueError, match="num_keep_alive_refs"):
+        client.vector_writer(2, 0)
+    with pytest.raises(ValueError, match="max_chunk_length"):
+        client.vector_writer(2, 1, max_chunk_length=0)
+
+
+def test_chunks_are_freed_with_their_items(client):
+    """Items keep their environment's chunks alive; once the items are gone and the writer
+    moved on, the chunks are released."""
+    w = client.vector_writer(4, 1, max_chunk_length=2)
+    for t in range(10):
+        w.append(_obs(4, t))
+        w.create_items("t", 1.0, {"obs": w.history["obs"][-1]})
+    w.flush()
+    client.reset("t")
+    w.close()
+    # the server's chunk store (embedded) holds nothing once the table is empty
+    import gc
+
+    gc.collect()
+    assert client.server_info()["t"].current_size == 0
