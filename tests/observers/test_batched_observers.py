@@ -151,7 +151,7 @@ def test_cartpole_sync_vector_env(queue_server):
         transitions += int((~skip).sum())
         skip = terminated | truncated
     observer.flush()
-    running = sum(o._gym.in_progress for o in observer.observers)
+    running = int(observer.episodes_in_progress.sum())
     # Each transition gives one item, except each running episode's latest.
     assert client.server_info()["a"].current_size == transitions - running
     for item in _items(client):

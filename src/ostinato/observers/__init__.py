@@ -11,8 +11,10 @@ vectorised environments and a framework-free replay-buffer facade:
 * :class:`EpisodeObserver` (``ReverbAddEpisodeObserver``): one item per whole episode
   (``max_sequence_length``, ``bypass_partial_episodes``).
 * :class:`BatchedTrajectoryObserver`, :class:`BatchedTrajectorySequenceObserver`,
-  :class:`BatchedEpisodeObserver`: one writer per environment index for gymnasium
-  ``VectorEnv`` (every autoreset mode) and TF-Agents batched ``PyEnvironment`` steps.
+  :class:`BatchedEpisodeObserver`: the same items as one observer per environment index, for
+  gymnasium ``VectorEnv`` (every autoreset mode) and TF-Agents batched ``PyEnvironment``
+  steps; the trajectory observers write all environments through one
+  ``VectorTrajectoryWriter`` (one append and one item creation per vector step).
 * :class:`ReplayBuffer` (TF-Agents' ``ReverbReplayBuffer``): ``as_dataset`` for numpy,
   PyTorch, JAX or TensorFlow, ``num_frames``, ``update_priorities``, ``clear``,
   ``get_table_info``.
@@ -43,8 +45,6 @@ Example:
 from ostinato.observers.batched import (
     BatchedEpisodeObserver,
     BatchedObserver,
-    BatchedTrajectoryObserver,
-    BatchedTrajectorySequenceObserver,
     autoreset_mode_name,
 )
 from ostinato.observers.episode import EpisodeObserver
@@ -59,6 +59,10 @@ from ostinato.observers.steps import (
     padding_step,
 )
 from ostinato.observers.trajectory import TrajectoryObserver, TrajectorySequenceObserver
+from ostinato.observers.vector import (
+    BatchedTrajectoryObserver,
+    BatchedTrajectorySequenceObserver,
+)
 
 # TF-Agents' names (tf_agents.replay_buffers.reverb_utils / reverb_replay_buffer).
 ReverbAddTrajectoryObserver = TrajectoryObserver

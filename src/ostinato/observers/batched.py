@@ -36,7 +36,6 @@ import optree
 
 from ostinato.observers.base import ObserverBase
 from ostinato.observers.episode import EpisodeObserver
-from ostinato.observers.trajectory import TrajectoryObserver, TrajectorySequenceObserver
 from ostinato.validate import positive_int
 
 NEXT_STEP = "NextStep"
@@ -78,6 +77,11 @@ class _Splitter:
     def __init__(self, n: int):
         self._n = n
 
+    def check(self, tree: Any, what: str) -> None:
+        """Raises unless every leaf of ``tree`` has a leading dimension ``n``."""
+        paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False)
+        _leading([np.asarray(x) for x in leaves], paths, self._n, what)
+
     def __call__(self, tree: Any, what: str) -> list[Any]:
         paths, leaves, treedef = optree.tree_flatten_with_path(tree, none_is_leaf=False)
         arrays = [np.asarray(x) for x in leaves]
@@ -87,14 +91,11 @@ class _Splitter:
         return [optree.tree_unflatten(treedef, [a[i] for a in arrays]) for i in range(self._n)]
 
 
-class BatchedObserver:
-    """One observer per environment index; see the module docstring.
-
-    Build it through :class:`BatchedTrajectoryObserver`, :class:`BatchedEpisodeObserver` or
-    :class:`BatchedTrajectorySequenceObserver`, or give it any factory of observers.
+class BatchedBase:
+    """What every batched observer shares: the number of environments, gymnasium's autoreset
+    mode and the checks of batched input.
 
     Args:
-      make_observer: called ``num_envs`` times; each observer owns a writer.
       num_envs: the number of environments (the leading dimension of every batched leaf).
       env: (alternative to ``num_envs``/``autoreset_mode``) a gymnasium ``VectorEnv``: its
         ``num_envs`` and ``metadata["autoreset_mode"]`` are used.
@@ -108,7 +109,6 @@ class BatchedObserver:
 
     def __init__(
         self,
-        make_observer: Callable[[], ObserverBase],
         *,
         num_envs: int | None = None,
         env: Any = None,
@@ -135,18 +135,9 @@ class BatchedObserver:
         self._num_envs = positive_int("num_envs", num_envs)
         self._mode = autoreset_mode_name(NEXT_STEP if autoreset_mode is None else autoreset_mode)
         self._split = _Splitter(self._num_envs)
-        self._observers: list[ObserverBase] = []
-        try:
-            for _ in range(self._num_envs):
-                self._observers.append(make_observer())
-        except BaseException:
-            for o in self._observers:
-                o.close()
-            raise
         # NextStep mode: environments whose next step is the reset gymnasium does for them.
         self._autoreset = np.zeros(self._num_envs, dtype=bool)
 
-    # -- properties ------------------------------------------------------------------------------
     @property
     def num_envs(self) -> int:
         return self._num_envs
@@ -156,6 +147,89 @@ class BatchedObserver:
         """``"NextStep"``, ``"SameStep"`` or ``"Disabled"``."""
         return self._mode
 
+    def __len__(self) -> int:
+        return self._num_envs
+
+    @staticmethod
+    def _check_batched_step(step: Any) -> None:
+        if not (callable(getattr(step, "is_boundary", None)) or isinstance(step, Mapping)):
+            raise TypeError(
+                "a batched step must be a TF-Agents Trajectory or a mapping of arrays with a "
+                f"leading dimension of num_envs; got {type(step).__name__} (gymnasium vector "
+                "environments go through on_reset()/on_step())"
+            )
+
+    def _mask(self, reset_mask: Any) -> np.ndarray:
+        if reset_mask is None:
+            return np.ones(self._num_envs, dtype=bool)
+        mask = np.asarray(reset_mask)
+        if mask.shape != (self._num_envs,) or mask.dtype != bool:
+            raise ValueError(
+                f"reset_mask must be a bool array of shape ({self._num_envs},); "
+                f"got {mask.dtype} {mask.shape}"
+            )
+        return mask
+
+    def _vector(self, value: Any, name: str) -> np.ndarray:
+        a = np.asarray(value)
+        if a.shape != (self._num_envs,):
+            raise ValueError(f"{name} has shape {a.shape}; expected ({self._num_envs},)")
+        return a
+
+    def _final_obs(self, info: Any, done: np.ndarray) -> Any:
+        if not isinstance(info, Mapping) or "final_obs" not in info:
+            raise ValueError(
+                "autoreset_mode is 'SameStep' and an episode ended, but info has no "
+                "'final_obs' (pass the info that envs.step() returned)"
+            )
+        final = info["final_obs"]
+        if isinstance(final, np.ndarray) and final.dtype == object:
+            return list(final)
+        # A structured observation space: a nest of arrays with a leading num_envs dimension.
+        return self._split(final, "info['final_obs']")
+
+    def close(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class BatchedObserver(BatchedBase):
+    """One observer per environment index; see the module docstring.
+
+    :class:`BatchedEpisodeObserver` is one; give it any factory of observers.
+    (:class:`~ostinato.observers.BatchedTrajectoryObserver` writes all environments through
+    one ``VectorTrajectoryWriter`` instead, and uses this class only for clients without
+    one, such as dm-reverb's.)
+
+    Args:
+      make_observer: called ``num_envs`` times; each observer owns a writer.
+      num_envs, env, autoreset_mode: see :class:`BatchedBase`.
+    """
+
+    def __init__(
+        self,
+        make_observer: Callable[[], ObserverBase],
+        *,
+        num_envs: int | None = None,
+        env: Any = None,
+        autoreset_mode: Any = None,
+    ):
+        super().__init__(num_envs=num_envs, env=env, autoreset_mode=autoreset_mode)
+        self._observers: list[ObserverBase] = []
+        try:
+            for _ in range(self._num_envs):
+                self._observers.append(make_observer())
+        except BaseException:
+            for o in self._observers:
+                o.close()
+            raise
+
+    # -- properties ------------------------------------------------------------------------------
     @property
     def observers(self) -> tuple[ObserverBase, ...]:
         """The per-environment observers, by index."""
@@ -172,9 +246,6 @@ class BatchedObserver:
     def __iter__(self) -> Iterator[ObserverBase]:
         return iter(self._observers)
 
-    def __len__(self) -> int:
-        return self._num_envs
-
     # -- batched steps -------------------------------------------------------------------------
     def __call__(self, step: Any) -> None:
         """Hands each environment's part of a batched step to its observer.
@@ -187,12 +258,7 @@ class BatchedObserver:
           ValueError: a leaf without that leading dimension (the message names it).
           TypeError: ``step`` is neither a trajectory nor a mapping.
         """
-        if not (callable(getattr(step, "is_boundary", None)) or isinstance(step, Mapping)):
-            raise TypeError(
-                "a batched step must be a TF-Agents Trajectory or a mapping of arrays with a "
-                f"leading dimension of num_envs; got {type(step).__name__} (gymnasium vector "
-                "environments go through on_reset()/on_step())"
-            )
+        self._check_batched_step(step)
         for observer, part in zip(self._observers, self._split(step, "step leaf")):
             observer(part)
 
@@ -211,17 +277,6 @@ class BatchedObserver:
         for i in np.flatnonzero(mask):
             self._observers[i].on_reset(parts[i])
             self._autoreset[i] = False
-
-    def _mask(self, reset_mask: Any) -> np.ndarray:
-        if reset_mask is None:
-            return np.ones(self._num_envs, dtype=bool)
-        mask = np.asarray(reset_mask)
-        if mask.shape != (self._num_envs,) or mask.dtype != bool:
-            raise ValueError(
-                f"reset_mask must be a bool array of shape ({self._num_envs},); "
-                f"got {mask.dtype} {mask.shape}"
-            )
-        return mask
 
     def on_step(
         self,
@@ -274,24 +329,6 @@ class BatchedObserver:
             if done[i] and self._mode == NEXT_STEP:
                 self._autoreset[i] = True
 
-    def _vector(self, value: Any, name: str) -> np.ndarray:
-        a = np.asarray(value)
-        if a.shape != (self._num_envs,):
-            raise ValueError(f"{name} has shape {a.shape}; expected ({self._num_envs},)")
-        return a
-
-    def _final_obs(self, info: Any, done: np.ndarray) -> Any:
-        if not isinstance(info, Mapping) or "final_obs" not in info:
-            raise ValueError(
-                "autoreset_mode is 'SameStep' and an episode ended, but info has no "
-                "'final_obs' (pass the info that envs.step() returned)"
-            )
-        final = info["final_obs"]
-        if isinstance(final, np.ndarray) and final.dtype == object:
-            return list(final)
-        # A structured observation space: a nest of arrays with a leading num_envs dimension.
-        return self._split(final, "info['final_obs']")
-
     # -- TF-Agents API, for every environment ------------------------------------------------------
     def _each(self, method: str, *args: Any) -> None:
         error: BaseException | None = None
@@ -326,68 +363,6 @@ class BatchedObserver:
 
     def get_table_signature(self) -> Any:
         return self._observers[0].get_table_signature()
-
-    def __enter__(self) -> BatchedObserver:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class BatchedTrajectoryObserver(BatchedObserver):
-    """:class:`~ostinato.observers.TrajectoryObserver` for ``num_envs`` environments.
-
-    Arguments as for ``TrajectoryObserver``, plus ``num_envs``/``env``/``autoreset_mode``
-    (see :class:`BatchedObserver`).
-
-    Example:
-      >>> envs = gymnasium.make_vec("CartPole-v1", num_envs=8)
-      >>> observer = BatchedTrajectoryObserver(client, "replay", 2, env=envs)
-      >>> obs, info = envs.reset(seed=0)
-      >>> observer.on_reset(obs, info)
-      >>> for _ in range(1000):
-      ...     actions = envs.action_space.sample()
-      ...     obs, rewards, terminated, truncated, info = envs.step(actions)
-      ...     observer.on_step(obs, actions, rewards, terminated, truncated, info)
-    """
-
-    def __init__(
-        self,
-        py_client: Any,
-        table_name: Any,
-        sequence_length: int,
-        stride_length: int = 1,
-        priority: float = 1,
-        pad_end_of_episodes: bool = False,
-        tile_end_of_episodes: bool = False,
-        *,
-        num_envs: int | None = None,
-        env: Any = None,
-        autoreset_mode: Any = None,
-        validate_items: bool = True,
-    ):
-        def make() -> ObserverBase:
-            return self._kind(
-                py_client,
-                table_name,
-                sequence_length,
-                stride_length,
-                priority,
-                pad_end_of_episodes,
-                tile_end_of_episodes,
-                validate_items=validate_items,
-            )
-
-        super().__init__(make, num_envs=num_envs, env=env, autoreset_mode=autoreset_mode)
-
-    _kind: type[TrajectoryObserver] = TrajectoryObserver
-
-
-class BatchedTrajectorySequenceObserver(BatchedTrajectoryObserver):
-    """:class:`~ostinato.observers.TrajectorySequenceObserver` for ``num_envs`` environments
-    (windows run across one environment's episodes, never across environments)."""
-
-    _kind = TrajectorySequenceObserver
 
 
 class BatchedEpisodeObserver(BatchedObserver):
