@@ -39,7 +39,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness
 from harness import Target
 
-DEFAULT = ["W1", "W1t", "W2", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "MEM", "MEM3"]
+DEFAULT = [
+    "W1",
+    "W1t",
+    "W2",
+    "W4",
+    "W4f",
+    "W4x2",
+    "W4fx2",
+    "W4b",
+    "W5",
+    "W5b",
+    "W9",
+    "W9s",
+    "MEM",
+    "MEM3",
+]
 ALLOWED = DEFAULT + ["W3", "W6"]
 SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
@@ -47,6 +62,8 @@ TARGETS = {
     "W1t": Target("ratio", 5.0),
     "W2": Target("ratio", 5.0),
     **{w: SAMPLE_TARGET for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b")},
+    "W9": Target("ratio", 20.0),
+    "W9s": Target("ratio", 20.0),
     "MEM": Target("max", 500.0, "≤ 500 B"),
     "MEM3": Target("max", 1.2, "≤ 1.2× data"),
 }

@@ -44,13 +44,30 @@ from harness import Target
 from servers import log
 
 DEFAULT_PLOT = Path(__file__).resolve().parent / "scaling.png"
-DEFAULT = ["W1", "W1t", "W2", "W3", "W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b", "W6", "SCALE"]
+DEFAULT = [
+    "W1",
+    "W1t",
+    "W2",
+    "W3",
+    "W4",
+    "W4f",
+    "W4x2",
+    "W4fx2",
+    "W4b",
+    "W5",
+    "W5b",
+    "W6",
+    "W9",
+    "W9s",
+    "SCALE",
+]
 SCALE_CLIENTS, SCALE_CLIENTS_QUICK = [1, 2, 4, 8], [1, 2]
 WORKER_TIMEOUT = 300
 TARGETS = {
     **{w: Target("ratio", 3.0) for w in ("W1", "W1t", "W2", "W3", "W6", "W6_samples")},
     **{w: Target("ratio", 15.0) for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b")},
     **{w: Target("ratio", 10.0) for w in ("W5", "W5b")},
+    **{w: Target("ratio", 8.0) for w in ("W9", "W9s")},
 }
 
 

@@ -54,6 +54,7 @@ class Sizes:
     settle_s: float = 1.5
     scale_w1_total: int = 40_000
     scale_w4_total: int = 20_000
+    w9_steps: int = 1_500  # vector steps (each one step of every environment)
 
 
 FULL = Sizes()
@@ -74,6 +75,7 @@ QUICK = replace(
     settle_s=0.2,
     scale_w1_total=4_000,
     scale_w4_total=2_048,
+    w9_steps=200,
 )
 
 
@@ -663,6 +665,113 @@ def mem_child(reverb, kind: str, n: int, checkpoints: int, rss: Callable[[], int
 
 
 # ---------------------------------------------------------------------------------------------
+# W9: vectorised environments
+# ---------------------------------------------------------------------------------------------
+W9_ENVS = 16
+W9_KEYS = ("step_type", "obs", "action", "reward")
+
+
+def w9_steps(n: int, envs: int, seed: int) -> dict[str, np.ndarray]:
+    """W9's steps, time first, environment second: W1's columns plus TF-Agents' ``step_type``
+    (0 FIRST, 1 MID, 2 LAST), with episodes of 50-300 steps ending at different times."""
+    rng = np.random.default_rng(seed)
+    step_type = np.ones((n, envs), np.int32)
+    for e in range(envs):
+        t = int(rng.integers(0, 50))  # staggered: environments did not start together
+        step_type[: t + 1, e] = 1
+        step_type[0, e] = 0
+        while t < n:
+            step_type[t, e] = 0
+            end = t + int(rng.integers(50, 300))
+            if end < n:
+                step_type[end, e] = 2
+            t = end + 1
+    return {
+        "step_type": step_type,
+        "obs": rng.standard_normal((n, envs, 8), dtype=np.float32),
+        "action": rng.integers(0, 16, size=(n, envs), dtype=np.int32),
+        "reward": rng.standard_normal((n, envs), dtype=np.float32),
+    }
+
+
+def write_w9_observer(observer, cols: dict[str, np.ndarray]) -> None:
+    """Ostinato: the batched observer takes each vector step (views of the columns)."""
+    st, obs, action, reward = (cols[k] for k in W9_KEYS)
+    for t in range(len(st)):
+        observer({"step_type": st[t], "obs": obs[t], "action": action[t], "reward": reward[t]})
+    observer.flush()
+
+
+def write_w9_writers(writers: list, table: str, length: int, steps: list[list[dict]]) -> int:
+    """dm-reverb: one writer per environment, as TF-Agents' ReverbAddTrajectoryObserver
+    drives it (append; an item of the newest ``length`` steps once there are that many; at an
+    episode's last step ``end_episode()``). Returns the number of items."""
+    cached = [0] * len(writers)
+    items = 0
+    for row in steps:
+        for e, (w, step) in enumerate(zip(writers, row)):
+            w.append(step)
+            c = cached[e] = cached[e] + 1
+            if c >= length:
+                h = w.history
+                w.create_item(table, 1.0, {k: h[k][-length:] for k in W9_KEYS})
+                items += 1
+            if step["step_type"] == 2:
+                w.end_episode()
+                cached[e] = 0
+    for w in writers:
+        w.flush()
+    return items
+
+
+def run_w9(ctx, length: int) -> dict:
+    """W9: 16 vectorised environments, items of ``length`` steps (every window, stride 1)."""
+    cols = w9_steps(ctx.sizes.w9_steps, W9_ENVS, seed=9)
+    n_steps = ctx.sizes.w9_steps * W9_ENVS
+    wid = "W9" if length == 1 else f"W9s{length}"
+    specs = [table_spec("uniform", f"{wid.lower()}_{r}") for r in range(ctx.repeat)]
+    ostinato = ctx.reverb.__name__.split(".")[0] == "ostinato"
+    rows = None
+    if not ostinato:  # per-environment step dicts of views and numpy scalars, built untimed
+        rows = [
+            [{k: cols[k][t, e] for k in W9_KEYS} for e in range(W9_ENVS)]
+            for t in range(ctx.sizes.w9_steps)
+        ]
+    runs = []
+    with ctx.serve(specs) as dep:
+        client = dep.client()
+        for r, spec in enumerate(specs):
+            gc.collect()
+            if ostinato:
+                observer = ctx.reverb.observers.BatchedTrajectoryObserver(
+                    client, spec["name"], length, num_envs=W9_ENVS
+                )
+                t0 = time.perf_counter()
+                write_w9_observer(observer, cols)
+                dt = time.perf_counter() - t0
+                observer.close()
+            else:
+                writers = [client.trajectory_writer(num_keep_alive_refs=length) for _ in rows[0]]
+                t0 = time.perf_counter()
+                write_w9_writers(writers, spec["name"], length, rows)
+                dt = time.perf_counter() - t0
+                for w in writers:
+                    w.close()
+            runs.append(dt)
+            ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n_steps / dt:,.0f} steps/s ({dt:.2f} s)")
+    return {
+        "unit": "steps/s",
+        "values": [n_steps / dt for dt in runs],
+        "params": {
+            "envs": W9_ENVS,
+            "vector_steps": ctx.sizes.w9_steps,
+            "sequence_length": length,
+            "how": "BatchedTrajectoryObserver" if ostinato else "one trajectory_writer per env",
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
 
@@ -695,6 +804,8 @@ WORKLOADS: dict[str, Workload] = {
         "sample_prioritized, `sample_batch` + `update_priorities`", run_w5b, True, "W5"
     ),
     "W6": Workload("concurrent (2 writers + 1 sampler), inserts", run_w6),
+    "W9": Workload("16 vector envs, 1-step items, steps", lambda ctx: run_w9(ctx, 1)),
+    "W9s": Workload("16 vector envs, 10-step items, steps", lambda ctx: run_w9(ctx, SEQ)),
     "MEM": Workload("memory beyond data per W1 item", None),
     "MEM3": Workload("memory per W3 frame / frame bytes", None),
     "SCALE": Workload("W1 and W4 from 1-8 client processes", None),

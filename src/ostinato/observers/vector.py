@@ -31,6 +31,8 @@ from ostinato.writers.vector_writer import VectorColumnHistory
 _FIRST = np.int32(StepType.FIRST)
 _MID = np.int32(StepType.MID)
 _LAST = np.int32(StepType.LAST)
+_LAST_INT = int(StepType.LAST)  # compares with an array without the enum's overhead
+_count = np.count_nonzero  # C-level (ndarray.any()/all() go through Python wrappers)
 
 
 def _is_history(x: Any) -> bool:
@@ -197,8 +199,9 @@ class BatchedTrajectoryObserver(BatchedBase):
             due &= (c - self._length) % self._stride == 0
         if mask is not None:
             due &= mask
-        if due.any():
-            m = None if due.all() else due
+        k = _count(due)
+        if k:
+            m = None if k == len(due) else due
             for name in self._table_names:
                 w.create_items(name, self._priority, self._window, mask=m)
 
@@ -243,7 +246,7 @@ class BatchedTrajectoryObserver(BatchedBase):
         if callable(method):
             b = np.asarray(method())
         elif "step_type" in step:
-            b = np.asarray(step["step_type"]) == StepType.LAST
+            b = np.asarray(step["step_type"]) == _LAST_INT
         elif self._across_episodes:
             return None
         else:
@@ -273,7 +276,7 @@ class BatchedTrajectoryObserver(BatchedBase):
         self._check_batched_step(step)
         boundary = self._boundaries(step)  # checked before anything is appended
         self._append(step, None)
-        if boundary is not None and not self._across_episodes and boundary.any():
+        if boundary is not None and not self._across_episodes and _count(boundary):
             self._end(boundary, self._pad)
         return None
 

@@ -15,7 +15,11 @@ import dataclasses
 import math
 import threading
 from collections.abc import Callable, Iterator
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
+
+import numpy as np
 
 from ostinato import errors
 from ostinato.core import items as items_lib
@@ -24,13 +28,19 @@ from ostinato.core.deadline import Deadline
 from ostinato.core.signature import check_columns
 from ostinato.errors import DecodeError, ShmError
 from ostinato.wire import codec, shm
-from ostinato.wire.protocol import InsertRequest, parse_insert_request
+from ostinato.wire.protocol import InsertRequest, parse_insert_request, parse_item_group
 from ostinato.wire.rows import SegmentedRows
 
 #: Seconds an item waits for its rate limiter between checks that the writer is still there.
 WAIT_SLICE = 0.5
 #: A stream may hold this many times ``max_inflated_bytes`` in rows kept for later items.
 STREAM_HELD_FACTOR = 4
+
+_ROWS = attrgetter("data.end")  # rows a stream's chunk holds so far
+
+
+def _spec_id(chunk: Chunk) -> int:
+    return id(chunk.spec)
 
 
 @dataclasses.dataclass
@@ -213,7 +223,13 @@ class InsertSession:
         item already stored before the connection broke."""
         tables = [self._table(name) for name in req.tables]
         work: list[tuple[Any, Any]] = []
-        for pos, (ti, key, prio, cols, sq) in enumerate(req.items):
+        pos = -1
+        for entry in req.items:
+            pos += 1
+            if type(entry) is dict:  # an item group: many items at once
+                pos += self._validate_group(entry, tables, req.retried, pos, work) - 1
+                continue
+            ti, key, prio, cols, sq = entry
             if not isinstance(ti, int) or not 0 <= ti < len(tables):
                 raise DecodeError(f"item names table index {ti!r} of {len(tables)}")
             key = codec.u64(key, "item key")
@@ -228,6 +244,67 @@ class InsertSession:
             table.validate_priority(float(prio))
             work.append((table, (key, float(prio), packed, squeeze)))
         return work
+
+    def _validate_group(
+        self,
+        m: dict[str, Any],
+        tables: list[Any],
+        retried: set[int],
+        pos: int,
+        work: list[tuple[Any, Any]],
+    ) -> int:
+        """Checks an item group (:func:`~ostinato.wire.protocol.item_group`) as
+        :meth:`_validate` checks single items, with numpy; appends its items to ``work`` and
+        returns how many it holds."""
+        g = parse_item_group(m)
+        if not 0 <= g.table < len(tables):
+            raise DecodeError(f"item group names table index {g.table!r} of {len(tables)}")
+        table = tables[g.table]
+        n = len(g.keys)
+        squeeze = items_lib.intern_squeeze(g.squeeze)
+        get = self._chunks.get
+        fields: list[Any] = []
+        for ci, sq in enumerate(squeeze):
+            keys = g.chunk_keys[ci].tolist()
+            chunks = list(map(get, keys))
+            if None in chunks:
+                ck = keys[chunks.index(None)]
+                raise DecodeError(f"item refers to chunk {ck!r}, which this stream did not send")
+            off, ln = g.offsets[ci], g.lengths[ci]
+            rows = np.fromiter(map(_ROWS, chunks), np.int64, n)
+            bad = (off < 0) | (ln < 1) | (off + ln > rows)
+            if np.count_nonzero(bad):
+                j = int(np.flatnonzero(bad)[0])
+                raise DecodeError(
+                    f"item refers to rows [{off[j]}, {off[j]}+{ln[j]}) of chunk {keys[j]}, "
+                    f"which has {rows[j]} rows"
+                )
+            if sq and np.count_nonzero(ln != 1):
+                raise DecodeError("a squeezed column must hold exactly one row")
+            fields += (chunks, off.tolist(), ln.tolist())
+        packed = list(zip(*fields))
+        if table.flat_signature is not None:
+            specs = [set(map(_spec_id, fields[i])) for i in range(0, len(fields), 3)]
+            lengths = [set(fields[i]) for i in range(2, len(fields), 3)]
+            if all(len(x) == 1 for x in specs) and all(len(x) == 1 for x in lengths):
+                self._check_signature(table, packed[0], squeeze)  # one layout for all
+            else:
+                for p in packed:
+                    self._check_signature(table, p, squeeze)
+        prios = g.priorities.tolist()
+        for v in set(prios):
+            table.validate_priority(v)  # NaN, and what a Prioritized table refuses
+        keys = g.keys.tolist()
+        items = zip(keys, prios, packed, repeat(squeeze))
+        if retried and any(pos + j in retried for j in range(n)):
+            for j, it in enumerate(items):
+                if pos + j in retried and table.contains(it[0]):
+                    work.append((None, None))
+                else:
+                    work.append((table, it))
+        else:
+            work.extend(zip(repeat(table, n), items))
+        return n
 
     def _store(
         self, work: list[tuple[Any, Any]], is_active: Callable[[], bool]

@@ -7,11 +7,14 @@ maps; :mod:`ostinato.wire.writer_stream` owns the call that carries the requests
 from __future__ import annotations
 
 import logging
+from operator import add, attrgetter
 from typing import Any
+
+import numpy as np
 
 from ostinato import errors
 from ostinato.core.chunks import Chunk
-from ostinato.core.items import chunk_refs, is_flat
+from ostinato.core.items import chunk_refs
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
 from ostinato.wire.outbox import Entry
@@ -20,6 +23,29 @@ _log = logging.getLogger(__name__)
 
 #: A request is cut when the rows it carries reach this many bytes (without shared memory).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+#: Runs of at least GROUP_MIN (and at most GROUP_MAX) consecutive items alike -- one table,
+#: the same squeeze flags, one slice per column, as many columns -- travel as one item
+#: group: arrays of keys, priorities, chunk keys, offsets and lengths that the server reads
+#: with numpy instead of one msgpack item each (:func:`ostinato.wire.protocol.item_group`).
+GROUP_MIN = 4
+GROUP_MAX = 256
+
+_KEY = attrgetter("key")
+
+
+def _group(ti: int, group: list[Any], sq: list[bool], width: int) -> dict[str, Any]:
+    """The wire form of a run of flat items alike (see :data:`GROUP_MIN`)."""
+    keys, prios, packed, _ = zip(*group)
+    fields = list(zip(*packed))
+    return protocol.item_group(
+        ti,
+        sq,
+        np.array(keys, np.uint64),
+        np.array(prios, np.float64),
+        np.array([list(map(_KEY, fields[i])) for i in range(0, width, 3)], np.uint64),
+        np.array(fields[1::3], np.int64),
+        np.array(fields[2::3], np.int64),
+    )
 
 
 class RingRefused(errors.ReverbError):
@@ -78,6 +104,29 @@ class RequestEncoder:
             ), put[1]
         return codec.make_segment(chunk.key, chunk.episode_id, start, rows, self._compress), 0
 
+    def _group_rows(self, group: list[Any], need: dict[int, tuple[Chunk, int]], width: int) -> int:
+        """Records in ``need`` the rows the group's items reach, per chunk; returns the bytes
+        of rows not yet sent or needed."""
+        packed = [it[2] for it in group]
+        fields = list(zip(*packed))  # per column: chunks, offsets, lengths
+        sent_rows = self.sent_rows
+        new_bytes = 0
+        for i in range(0, width, 3):
+            chunks = fields[i]
+            ends = map(add, fields[i + 1], fields[i + 2])
+            # The furthest row per chunk: sorted pairs, the last of each key wins.
+            furthest = dict(sorted(zip(map(_KEY, chunks), ends)))
+            by_key = dict(zip(map(_KEY, chunks), chunks))
+            for ck, e in furthest.items():
+                prev = need.get(ck)
+                if prev is None or prev[1] < e:
+                    chunk = by_key[ck]
+                    base = sent_rows.get(ck, 0) if prev is None else prev[1]
+                    if e > base:
+                        new_bytes += (e - base) * chunk.data.strides[0]
+                    need[ck] = (chunk, e)
+        return new_bytes
+
     def encode(
         self, batch: list[Entry], retry: set[int], keep: set[int]
     ) -> tuple[bytes, int, list[Entry]]:
@@ -91,7 +140,7 @@ class RequestEncoder:
         others once this request's items are stored).
         """
         tables: dict[str, int] = {}
-        items: list[list[Any]] = []
+        items: list[Any] = []
         need: dict[int, tuple[Chunk, int]] = {}
         sq_cache: dict[int, list[bool]] = {}
         retried: list[int] = []
@@ -99,48 +148,78 @@ class RequestEncoder:
         new_bytes = 0
         limit = self._t.options.shared_memory_bytes // 3 if self._t.use_shm else MAX_REQUEST_BYTES
         rest: list[Entry] = []
-        for pos, (table, (key, prio, packed, squeeze), _writer) in enumerate(batch):
+        npos = 0  # items in the request so far (positions count items, not groups)
+        pos = 0
+        end = len(batch)
+        while pos < end:
             if new_bytes >= limit:
                 rest = batch[pos:]
                 del batch[pos:]
                 break
+            table, (key, prio, packed, squeeze), _writer = batch[pos]
             ti = tables.get(table)
             if ti is None:
                 ti = tables[table] = len(tables)
+            sq = sq_cache.get(id(squeeze))
+            if sq is None:
+                sq = sq_cache[id(squeeze)] = [bool(x) for x in squeeze]
+            if type(packed[0]) is Chunk:  # a run of flat items alike: one group
+                run = pos + 1
+                width = len(packed)
+                stop = min(end, pos + GROUP_MAX)
+                while run < stop:
+                    t2, it2, _ = batch[run]
+                    p2 = it2[2]
+                    if t2 != table or it2[3] is not squeeze or type(p2[0]) is not Chunk:
+                        break
+                    if len(p2) != width:
+                        break
+                    run += 1
+                if run - pos >= GROUP_MIN:
+                    group = [e[1] for e in batch[pos:run]]
+                    new_bytes += self._group_rows(group, need, width)
+                    if retry:
+                        for j, it in enumerate(group):
+                            if it[0] in retry:
+                                retried.append(npos + j)
+                                retry.discard(it[0])
+                    items.append(_group(ti, group, sq, width))
+                    npos += run - pos
+                    pos = run
+                    continue
             cols = []
-            if is_flat(packed):  # one slice per column: the common case
+            if type(packed[0]) is Chunk:  # one slice per column: the common case
                 for i in range(0, len(packed), 3):
                     chunk = packed[i]
                     ck = chunk.key
                     off = packed[i + 1]
-                    end = off + packed[i + 2]
+                    e = off + packed[i + 2]
                     cols.append([ck, off, packed[i + 2]])
                     prev = need.get(ck)
-                    if prev is None or prev[1] < end:
+                    if prev is None or prev[1] < e:
                         base = sent_rows.get(ck, 0) if prev is None else prev[1]
-                        if end > base:
-                            new_bytes += (end - base) * chunk.data.strides[0]
-                        need[ck] = (chunk, end)
+                        if e > base:
+                            new_bytes += (e - base) * chunk.data.strides[0]
+                        need[ck] = (chunk, e)
             else:
                 for col in packed:
                     flat: list[int] = []
                     for chunk, off, ln in col:
                         flat += (chunk.key, off, ln)
-                        end = off + ln
+                        e = off + ln
                         prev = need.get(chunk.key)
-                        if prev is None or prev[1] < end:
+                        if prev is None or prev[1] < e:
                             base = sent_rows.get(chunk.key, 0) if prev is None else prev[1]
-                            if end > base:
-                                new_bytes += (end - base) * chunk.data.strides[0]
-                            need[chunk.key] = (chunk, end)
+                            if e > base:
+                                new_bytes += (e - base) * chunk.data.strides[0]
+                            need[chunk.key] = (chunk, e)
                     cols.append(flat)
-            sq = sq_cache.get(id(squeeze))
-            if sq is None:
-                sq = sq_cache[id(squeeze)] = [bool(x) for x in squeeze]
             if retry and key in retry:
-                retried.append(len(items))
+                retried.append(npos)
                 retry.discard(key)
             items.append([ti, key, prio, cols, sq])
+            npos += 1
+            pos += 1
         if rest:  # the items left for the next request need their chunks kept
             keep = keep | {c.key for _, (_, _, packed, _), _ in rest for c in chunk_refs(packed)}
         segs = []

@@ -165,7 +165,7 @@ class _Lanes:
         sel = slice(None) if lanes is None else lanes
         need = self.pos[sel] >= (self.start[sel] + self.cap[sel])
         need |= ~self.live[sel]
-        if need.any():
+        if np.count_nonzero(need):
             idx = np.flatnonzero(need) if lanes is None else lanes[need]
             self._open(idx.tolist(), episodes)
         # Every lane is live after a call for all of them; after one for some, look again
@@ -451,6 +451,10 @@ class VectorTrajectoryWriter:
         self._history: Any = None
         self._traj_cache: dict[tuple[Any, ...], list[str]] = {}
         self._steps = np.zeros(self._n, np.int64)
+        self._minsteps = 0  # a lower bound on every environment's episode steps
+        self._all = np.arange(self._n)
+        #: Per trajectory layout: its squeeze flags and how far back it reaches.
+        self._layouts: dict[tuple[Any, ...], tuple[tuple[bool, ...], int]] = {}
         self._episodes = [new_key() for _ in range(self._n)]
         self._closed = False
         self._stream = transport.writer_stream(
@@ -491,9 +495,8 @@ class VectorTrajectoryWriter:
                 f"{name} must be None or a bool array of shape ({self._n},) (one flag per "
                 f"environment); got {m.dtype} {m.shape}"
             )
-        if m.all():
-            return None
-        return np.flatnonzero(m)
+        idx = np.flatnonzero(m)
+        return None if len(idx) == self._n else idx
 
     def _learn(self, step: Any) -> None:
         paths, leaves, spec = optree.tree_flatten_with_path(step, none_is_leaf=True)
@@ -573,6 +576,7 @@ class VectorTrajectoryWriter:
             col.store(arr, lanes)
         if lanes is None:
             self._steps += 1
+            self._minsteps += 1
         else:
             self._steps[lanes] += 1
 
@@ -631,51 +635,58 @@ class VectorTrajectoryWriter:
         if self._closed:
             self._check_usable()
         lanes = self._mask(mask)
-        sel = np.arange(self._n) if lanes is None else lanes
+        sel = self._all if lanes is None else lanes
         count = len(sel)
         if not count:
             return 0
         cols = self._columns_of(trajectory)
-        prio = np.asarray(priority, dtype=np.float64)
-        if prio.ndim == 0:
-            p = float(prio)
+        if type(priority) is float or type(priority) is int:
+            p = float(priority)
             if p != p:
                 raise ValueError("`priority` must not be nan.")
             prios: Any = None
         else:
-            if prio.shape != (self._n,):
-                raise ValueError(
-                    f"priority must be a number or an array of shape ({self._n},); got shape "
-                    f"{prio.shape}"
-                )
-            prios = prio[sel]
-            if np.isnan(prios).any():
-                raise ValueError("`priority` must not be nan.")
-            p = float(prios.min())
-        reach = max(c.back for c in cols)
-        steps = self._steps[sel]
-        short = steps < reach
-        if short.any():
-            env = int(sel[np.flatnonzero(short)[0]])
-            raise ValueError(
-                f"environment {env} has {int(self._steps[env])} steps in its episode, but the "
-                f"trajectory reaches {reach} steps back; select environments with enough "
-                "steps through mask= (e.g. mask=writer.episode_steps >= "
-                f"{reach})"
+            prio = np.asarray(priority, dtype=np.float64)
+            if prio.ndim == 0:
+                p = float(prio)
+                if p != p:
+                    raise ValueError("`priority` must not be nan.")
+                prios = None
+            else:
+                if prio.shape != (self._n,):
+                    raise ValueError(
+                        f"priority must be a number or an array of shape ({self._n},); got "
+                        f"shape {prio.shape}"
+                    )
+                prios = prio[sel]
+                if np.isnan(prios).any():
+                    raise ValueError("`priority` must not be nan.")
+                p = float(prios.min())
+        layout = tuple((c.lanes.index, c.back, c.length, c.squeeze) for c in cols)
+        known = self._layouts.get(layout)
+        if known is None:
+            known = self._layouts[layout] = (
+                items_lib.intern_squeeze([c.squeeze for c in cols]),
+                max(c.back for c in cols),
             )
-        sq = items_lib.intern_squeeze([c.squeeze for c in cols])
+        sq, reach = known
+        if reach > self._minsteps or lanes is not None:
+            short = self._steps[sel] < reach
+            if np.count_nonzero(short):
+                env = int(sel[np.flatnonzero(short)[0]])
+                raise ValueError(
+                    f"environment {env} has {int(self._steps[env])} steps in its episode, but "
+                    f"the trajectory reaches {reach} steps back; select environments with "
+                    f"enough steps through mask= (e.g. mask=writer.episode_steps >= {reach})"
+                )
         if self._validate and (table not in self._validator.trivially_valid or p < 0):
             self._validator.validate_layout(
-                table,
-                p,
-                sq,
-                tuple((id(c.lanes), c.length, c.squeeze) for c in cols),
-                [(c.lanes.dtype, c.shape, None) for c in cols],
+                table, p, sq, layout, [(c.lanes.dtype, c.shape, None) for c in cols]
             )
         # Packed trajectories: per column a (chunk, offset, length) triple per item.
         parts: list[Any] = []
         flat = True
-        sel_list = sel.tolist()
+        sel_list: list[int] = sel.tolist() if lanes is not None or self._n < 2 else []
         for c in cols:
             lanes_c = c.lanes
             if lanes is None and c.back <= lanes_c.minfill:  # in every lane's current chunk
@@ -683,8 +694,10 @@ class VectorTrajectoryWriter:
                 parts.append((lanes_c.pos - lanes_c.start - c.back).tolist())
                 parts.append(repeat(c.length, count))
                 continue
+            if not sel_list:
+                sel_list = sel.tolist()
             offs = lanes_c.pos[sel] - lanes_c.start[sel] - c.back
-            if (offs >= 0).all():  # in each lane's current chunk
+            if np.count_nonzero(offs < 0) == 0:  # in each lane's current chunk
                 ch = lanes_c.chunk
                 parts.append([ch[i] for i in sel_list])
                 parts.append(offs.tolist())
@@ -740,6 +753,7 @@ class VectorTrajectoryWriter:
             self._episodes[i] = new_key()
             if clear_buffers:
                 self._steps[i] = 0
+                self._minsteps = 0
         for col in self._columns:
             col.common = None
 
