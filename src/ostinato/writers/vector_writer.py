@@ -697,13 +697,17 @@ class VectorTrajectoryWriter:
             if not sel_list:
                 sel_list = sel.tolist()
             offs = lanes_c.pos[sel] - lanes_c.start[sel] - c.back
+            ch = lanes_c.chunk
             if np.count_nonzero(offs < 0) == 0:  # in each lane's current chunk
-                ch = lanes_c.chunk
                 parts.append([ch[i] for i in sel_list])
                 parts.append(offs.tolist())
                 parts.append(repeat(c.length, count))
-            else:
-                sl = [lanes_c.slices(i, c.back, c.length) for i in sel_list]
+            else:  # some lanes reach back into closed chunks: their slices, one by one
+                off_list = offs.tolist()
+                sl = [
+                    [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, c.back, c.length)
+                    for i, o in zip(sel_list, off_list)
+                ]
                 if all(len(x) == 1 for x in sl):
                     parts.append([x[0][0] for x in sl])
                     parts.append([x[0][1] for x in sl])
