@@ -134,3 +134,13 @@ def test_batch_the_rate_limiter_stops_partway():
     done = t.try_insert_many(items)
     assert 0 < done < 10
     assert len(t) == done
+
+
+def test_new_keys_are_64_bit_and_distinct():
+    from ostinato.core.keys import new_keys
+
+    keys = new_keys(10_000)
+    assert len(keys) == len(set(keys)) == 10_000
+    assert all(type(k) is int and 0 <= k < 2**64 - 1 for k in keys)
+    assert max(keys) > 2**63  # the whole range is drawn
+    assert new_keys(0) == []

@@ -13,9 +13,9 @@ Not thread-safe: the owning table calls it under its lock.
 from __future__ import annotations
 
 import array
-from collections import Counter, deque
+from collections import _count_elements, deque  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -164,17 +164,14 @@ class Slots:
         if set(map(type, map(_FIRST, trajs))) == _FLAT:  # every item one slice per column
             chunks = list(chain.from_iterable(map(_CHUNKS, trajs)))
             if set(map(len, trajs)) == {loc.flat_len}:
-                offsets = (idx * loc.stride_bytes).tolist()
-                _consume(map(loc.add_flat, repeat(loc.array, n), offsets, trajs))
+                loc.add_flat_many(loc.array, (idx * loc.stride_bytes).tolist(), trajs)
             else:
                 _consume(map(loc.add, slots, trajs))
         else:
             chunks = list(chain.from_iterable(map(items_lib.chunk_refs, trajs)))
             _consume(map(loc.add, slots, trajs))
         self.store.acquire(chunks)
-        er = self.episode_refs
-        for e, m in Counter(map(_EPISODE, chunks)).items():
-            er[e] = er.get(e, 0) + m
+        _count_elements(self.episode_refs, map(_EPISODE, chunks))  # += 1 per reference, in C
         return slots
 
     def remove(self, slot: int) -> int:
