@@ -14,8 +14,10 @@ item, taking samples, re-prioritising or removing a slot) are in
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,9 @@ from ostinato.validate import positive_int
 
 #: An item as handed to a table: (key, priority, packed trajectory, squeeze flags).
 Item = tuple[int, float, items_lib.Packed, tuple[bool, ...]]
+
+
+_PRIORITY = itemgetter(1)  # an item's priority
 
 
 class Table(TableBookkeeping):
@@ -233,10 +238,9 @@ class Table(TableBookkeeping):
             for it in items:
                 self.validate_priority(it[1])
             return
-        for it in items:
-            p = it[1]
-            if p != p:
-                self.validate_priority(p)
+        if any(map(math.isnan, map(_PRIORITY, items))):  # in C: no per-item Python
+            for it in items:
+                self.validate_priority(it[1])
 
     def try_insert_many(self, items: Sequence[Item], assign: bool = False) -> int:
         """Inserts items in order while the rate limiter admits them, without waiting.

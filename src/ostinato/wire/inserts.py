@@ -39,8 +39,19 @@ STREAM_HELD_FACTOR = 4
 _ROWS = attrgetter("data.end")  # rows a stream's chunk holds so far
 
 
-def _spec_id(chunk: Chunk) -> int:
-    return id(chunk.spec)
+_SPEC = attrgetter("spec")
+
+
+def _add_run(work: list[tuple[Any, Any]], table: Any, items: Any) -> None:
+    """Appends ``items`` (a list, or a count of skipped items when ``table`` is None) to the
+    last run if it is for the same table, else as a new run."""
+    if work and work[-1][0] is table:
+        if table is None:
+            work[-1] = (None, work[-1][1] + items)
+        else:
+            work[-1][1].extend(items)
+    else:
+        work.append((table, items))
 
 
 @dataclasses.dataclass
@@ -219,8 +230,9 @@ class InsertSession:
 
     # -- items -----------------------------------------------------------------------------------
     def _validate(self, req: InsertRequest) -> list[tuple[Any, Any]]:
-        """Every item checked; returns (table, item) per item, or (None, None) for a resent
-        item already stored before the connection broke."""
+        """Every item checked; returns runs ``(table, items)`` of consecutive items for one
+        table, in request order, and ``(None, n)`` for ``n`` resent items already stored
+        before the connection broke."""
         tables = [self._table(name) for name in req.tables]
         work: list[tuple[Any, Any]] = []
         pos = -1
@@ -239,10 +251,10 @@ class InsertSession:
             table = tables[ti]
             self._check_signature(table, packed, squeeze)
             if pos in req.retried and table.contains(key):
-                work.append((None, None))
+                _add_run(work, None, 1)
                 continue
             table.validate_priority(float(prio))
-            work.append((table, (key, float(prio), packed, squeeze)))
+            _add_run(work, table, [(key, float(prio), packed, squeeze)])
         return work
 
     def _validate_group(
@@ -284,7 +296,7 @@ class InsertSession:
             fields += (chunks, off.tolist(), ln.tolist())
         packed = list(zip(*fields))
         if table.flat_signature is not None:
-            specs = [set(map(_spec_id, fields[i])) for i in range(0, len(fields), 3)]
+            specs = [set(map(id, map(_SPEC, fields[i]))) for i in range(0, len(fields), 3)]
             lengths = [set(fields[i]) for i in range(2, len(fields), 3)]
             if all(len(x) == 1 for x in specs) and all(len(x) == 1 for x in lengths):
                 self._check_signature(table, packed[0], squeeze)  # one layout for all
@@ -295,15 +307,15 @@ class InsertSession:
         for v in set(prios):
             table.validate_priority(v)  # NaN, and what a Prioritized table refuses
         keys = g.keys.tolist()
-        items = zip(keys, prios, packed, repeat(squeeze))
+        items = list(zip(keys, prios, packed, repeat(squeeze)))
         if retried and any(pos + j in retried for j in range(n)):
             for j, it in enumerate(items):
                 if pos + j in retried and table.contains(it[0]):
-                    work.append((None, None))
+                    _add_run(work, None, 1)
                 else:
-                    work.append((table, it))
+                    _add_run(work, table, [it])
         else:
-            work.extend(zip(repeat(table, n), items))
+            _add_run(work, table, items)
         return n
 
     def _store(
@@ -313,17 +325,10 @@ class InsertSession:
             return not is_active()
 
         n = acked = 0
-        i = 0
-        while i < len(work):
-            table = work[i][0]
-            if table is None:
-                n += 1
-                i += 1
+        for table, rest in work:
+            if table is None:  # resent items already stored
+                n += rest
                 continue
-            j = i + 1
-            while j < len(work) and work[j][0] is table:  # a run of items for one table
-                j += 1
-            rest = [w[1] for w in work[i:j]]
             wait = 0.0  # first without waiting: what is admitted now is acked before we wait
             while rest:
                 try:
@@ -352,7 +357,6 @@ class InsertSession:
                         yield None
                         return
                     wait = WAIT_SLICE
-            i = j
         if n > acked:
             yield n - acked
 
