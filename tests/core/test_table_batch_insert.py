@@ -81,8 +81,8 @@ def _sample(t: Table) -> tuple:
 @given(
     sampler=st.sampled_from(sorted(SELECTORS)),
     remover=st.sampled_from(sorted(SELECTORS)),
-    batches=st.lists(st.integers(1, 9), min_size=1, max_size=6),
-    max_size=st.integers(5, 40),
+    batches=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    max_size=st.integers(5, 150),
     mts=st.sampled_from([0, 2]),
     seed=st.integers(0, 1000),
 )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ostinato.core.selector_base import _MINUS_ONES, ItemSelector, _grow
+from ostinato.core.selector_base import _MINUS_ONES, _VECTORISE_FROM, ItemSelector, _grow
 from ostinato.core.table_info import HeapOptions, KeyDistributionOptions
 
 
@@ -72,6 +72,9 @@ class _Ordered(ItemSelector):
         self._n += k
 
     def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        if len(slots) >= _VECTORISE_FROM:
+            self.bulk_insert(np.array(slots, dtype=np.int64), np.asarray(priorities))
+            return
         prev = self._prev
         nxt = self._next
         top = max(slots)

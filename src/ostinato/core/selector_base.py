@@ -14,6 +14,9 @@ import numpy as np
 from ostinato.core.table_info import KeyDistributionOptions
 
 _MINUS_ONES = array.array("q", [-1]) * 1024
+#: Batches of at least this many slots are inserted with numpy (fewer: a Python loop is
+#: cheaper than the arrays' set-up).
+_VECTORISE_FROM = 24
 
 #: Largest accepted sampling weight (``priority ** priority_exponent``). Keeping weights below
 #: this bound keeps the sum of up to ~1e8 items finite, so sampling stays proportional.

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ostinato.core.ordered_selectors import Fifo, HeapSelector, Lifo, MaxHeap, MinHeap
-from ostinato.core.selector_base import _MINUS_ONES, MAX_WEIGHT, ItemSelector
+from ostinato.core.selector_base import _MINUS_ONES, _VECTORISE_FROM, MAX_WEIGHT, ItemSelector
 from ostinato.core.sum_tree import SumTree
 from ostinato.core.table_info import KeyDistributionOptions, PrioritizedOptions
 from ostinato.errors import InvalidArgumentError
@@ -58,6 +58,9 @@ class Uniform(ItemSelector):
         self._dense.frombytes(slots.tobytes())
 
     def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+        if len(slots) >= _VECTORISE_FROM:
+            self.bulk_insert(np.array(slots, dtype=np.int64), np.asarray(priorities))
+            return
         pos = self._pos
         top = max(slots)
         if top >= len(pos):

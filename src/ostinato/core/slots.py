@@ -146,10 +146,14 @@ class Slots:
         returns their slots."""
         n = len(keys)
         free = self.free
-        while len(free) < n:
-            self._grow()
-        slots = free[len(free) - n :][::-1]  # the order pop() would give them
-        del free[len(free) - n :]
+        slots: list[int] = []
+        while len(slots) < n:  # the slots (and growth) that pop() in turn would give
+            if not free:
+                self._grow()
+                free = self.free
+            k = min(n - len(slots), len(free))
+            slots += free[len(free) - k :][::-1]
+            del free[len(free) - k :]
         idx = np.array(slots, dtype=np.int64)
         self.keys[idx] = keys
         self.priorities[idx] = priorities
@@ -170,7 +174,10 @@ class Slots:
         else:
             chunks = list(chain.from_iterable(map(items_lib.chunk_refs, trajs)))
             _consume(map(loc.add, slots, trajs))
-        self.store.acquire(chunks)
+        # References per distinct chunk (a writer's items share chunks), counted in C.
+        per_chunk: dict[Chunk, int] = {}
+        _count_elements(per_chunk, chunks)
+        self.store.acquire_many(list(per_chunk), list(per_chunk.values()))
         _count_elements(self.episode_refs, map(_EPISODE, chunks))  # += 1 per reference, in C
         return slots
 
