@@ -231,14 +231,14 @@ class RequestEncoder:
                 segs.append(seg)
                 ring_cost += cost
                 sent_rows[ck] = end
-        for ck in [k for k in sent_rows if k not in keep]:
+        for ck in sent_rows.keys() - keep:  # set difference, in C
             del sent_rows[ck]
         ring = None
         if self._ring is not None and not self._ring_described:
             ring = self._ring.descriptor()
             self._ring_described = True
         msg = protocol.insert_request(
-            segs, list(tables), items, [k for k in keep if k in sent_rows], retried, ring
+            segs, list(tables), items, list(sent_rows.keys() & keep), retried, ring
         )
         if len(msg) > self._t.options.max_message_bytes:
             raise errors.InvalidArgumentError(
