@@ -1,4 +1,4 @@
-"""Item groups in Insert requests: runs of alike items as arrays (``protocol.item_group``).
+"""Item groups in Insert requests: runs of alike items as arrays (``ostinato.wire.item_groups``).
 
 A group stores exactly what the same items sent one by one store; every malformed group is
 refused with INVALID_ARGUMENT (or NOT_FOUND for an unknown table) and stores nothing; the
@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ostinato as reverb
-from ostinato.wire import codec, protocol
+from ostinato.wire import codec
+from ostinato.wire.item_groups import item_group
 
 SIG = {"a": reverb.TensorSpec([2], np.float32), "b": reverb.TensorSpec([], np.int32)}
 
@@ -79,7 +80,7 @@ def _items(n, key0, table=0, prio=1.0):
 
 def _as_group(items):
     ti = items[0][0]
-    return protocol.item_group(
+    return item_group(
         ti,
         items[0][4],
         np.array([it[1] for it in items], np.uint64),

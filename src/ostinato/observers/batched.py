@@ -170,6 +170,22 @@ class BatchedBase:
             )
         return mask
 
+    def _outcomes(
+        self, rewards: Any, terminated: Any, truncated: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rewards``, ``terminated`` (bool) and ``done`` (terminated or truncated), each
+        checked to have shape ``(num_envs,)``."""
+        rewards, terminated, truncated = (
+            self._vector(v, name)
+            for v, name in (
+                (rewards, "rewards"),
+                (terminated, "terminated"),
+                (truncated, "truncated"),
+            )
+        )
+        terminated = terminated.astype(bool)
+        return rewards, terminated, terminated | truncated.astype(bool)
+
     def _vector(self, value: Any, name: str) -> np.ndarray:
         a = np.asarray(value)
         if a.shape != (self._num_envs,):
@@ -301,15 +317,7 @@ class BatchedObserver(BatchedBase):
         n = self._num_envs
         obs_parts = self._split(obs, "observation")
         action_parts = self._split(actions, "action")
-        rewards, terminated, truncated = (
-            self._vector(v, name)
-            for v, name in (
-                (rewards, "rewards"),
-                (terminated, "terminated"),
-                (truncated, "truncated"),
-            )
-        )
-        done = terminated.astype(bool) | truncated.astype(bool)
+        rewards, terminated, done = self._outcomes(rewards, terminated, truncated)
         final_obs = None
         if self._mode == SAME_STEP and done.any():
             final_obs = self._final_obs(info, done)

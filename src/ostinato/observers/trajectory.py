@@ -10,6 +10,24 @@ from ostinato.observers.steps import check_step, is_boundary, padding_step
 from ostinato.validate import positive_int
 
 
+def window_arguments(
+    sequence_length: Any, stride_length: Any, pad_end_of_episodes: Any, tile_end_of_episodes: Any
+) -> tuple[int, int, bool, bool]:
+    """The window arguments of the trajectory observers, checked.
+
+    Raises:
+      ValueError: an argument is invalid (the message names it), or ``tile_end_of_episodes``
+        without ``pad_end_of_episodes``.
+    """
+    length = positive_int("sequence_length", sequence_length)
+    stride = positive_int("stride_length", stride_length)
+    pad = flag(pad_end_of_episodes, "pad_end_of_episodes")
+    tile = flag(tile_end_of_episodes, "tile_end_of_episodes")
+    if tile and not pad:
+        raise ValueError("Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`")
+    return length, stride, pad, tile
+
+
 class TrajectoryObserver(ObserverBase):
     """Writes every window of ``sequence_length`` steps (every ``stride_length``-th) as an item.
 
@@ -71,14 +89,14 @@ class TrajectoryObserver(ObserverBase):
         validate_items: bool = True,
     ):
         super().__init__(py_client, table_name, priority, validate_items=validate_items)
-        self._sequence_length = positive_int("sequence_length", sequence_length)
-        self._stride_length = positive_int("stride_length", stride_length)
-        self._pad_end_of_episodes = flag(pad_end_of_episodes, "pad_end_of_episodes")
-        self._tile_end_of_episodes = flag(tile_end_of_episodes, "tile_end_of_episodes")
-        if self._tile_end_of_episodes and not self._pad_end_of_episodes:
-            raise ValueError(
-                "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
-            )
+        (
+            self._sequence_length,
+            self._stride_length,
+            self._pad_end_of_episodes,
+            self._tile_end_of_episodes,
+        ) = window_arguments(
+            sequence_length, stride_length, pad_end_of_episodes, tile_end_of_episodes
+        )
         self._num_keep_alive_refs = self._sequence_length + 1
         self._cached_steps = 0
         self._last_trajectory: Any = None

@@ -24,8 +24,11 @@ import optree
 from ostinato.observers.base import flag, priority_value, table_names
 from ostinato.observers.batched import NEXT_STEP, SAME_STEP, BatchedBase, BatchedObserver
 from ostinato.observers.steps import StepType, padding_step
-from ostinato.observers.trajectory import TrajectoryObserver, TrajectorySequenceObserver
-from ostinato.validate import positive_int
+from ostinato.observers.trajectory import (
+    TrajectoryObserver,
+    TrajectorySequenceObserver,
+    window_arguments,
+)
 from ostinato.writers.vector_writer import VectorColumnHistory
 
 _FIRST = np.int32(StepType.FIRST)
@@ -94,15 +97,10 @@ class BatchedTrajectoryObserver(BatchedBase):
         self._py_client = py_client
         self._table_names = table_names(table_name)
         self._priority = priority_value(priority)
-        self._length = positive_int("sequence_length", sequence_length)
-        self._stride = positive_int("stride_length", stride_length)
-        self._pad = flag(pad_end_of_episodes, "pad_end_of_episodes")
-        self._tile = flag(tile_end_of_episodes, "tile_end_of_episodes")
+        self._length, self._stride, self._pad, self._tile = window_arguments(
+            sequence_length, stride_length, pad_end_of_episodes, tile_end_of_episodes
+        )
         self._validate_items = flag(validate_items, "validate_items")
-        if self._tile and not self._pad:
-            raise ValueError(
-                "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
-            )
         self._fallback: BatchedObserver | None = None
         if not callable(getattr(py_client, "vector_writer", None)):
             kind = self._kind
@@ -341,16 +339,7 @@ class BatchedTrajectoryObserver(BatchedBase):
             return self._fallback.on_step(obs, actions, rewards, terminated, truncated, info)
         self._split.check(obs, "observation")
         self._split.check(actions, "action")
-        rewards, terminated, truncated = (
-            self._vector(v, name)
-            for v, name in (
-                (rewards, "rewards"),
-                (terminated, "terminated"),
-                (truncated, "truncated"),
-            )
-        )
-        terminated = terminated.astype(bool)
-        done = terminated | truncated.astype(bool)
+        rewards, terminated, done = self._outcomes(rewards, terminated, truncated)
         resets = self._autoreset.copy()  # NextStep: this step only reset these environments
         active = ~resets
         if (active & ~self._open).any():

@@ -28,7 +28,8 @@ from ostinato.core.deadline import Deadline
 from ostinato.core.signature import check_columns
 from ostinato.errors import DecodeError, ShmError
 from ostinato.wire import codec, shm
-from ostinato.wire.protocol import InsertRequest, parse_insert_request, parse_item_group
+from ostinato.wire.item_groups import parse_item_group
+from ostinato.wire.protocol import InsertRequest, parse_insert_request
 from ostinato.wire.rows import SegmentedRows
 
 #: Seconds an item waits for its rate limiter between checks that the writer is still there.
@@ -112,6 +113,9 @@ class InsertSession:
         #: Set by :meth:`handle` just before an ack after which it waits for a rate limiter
         #: (so a caller that must not block can hand the rest to a thread).
         self.waiting = False
+        #: Set by the service once the request being handled is stored whole (its caller
+        #: records it before the client hears the last ack).
+        self.complete = False
 
     @property
     def ring_mapped(self) -> bool:
@@ -265,7 +269,7 @@ class InsertSession:
         pos: int,
         work: list[tuple[Any, Any]],
     ) -> int:
-        """Checks an item group (:func:`~ostinato.wire.protocol.item_group`) as
+        """Checks an item group (:func:`~ostinato.wire.item_groups.item_group`) as
         :meth:`_validate` checks single items, with numpy; appends its items to ``work`` and
         returns how many it holds."""
         g = parse_item_group(m)

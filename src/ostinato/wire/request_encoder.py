@@ -17,6 +17,7 @@ from ostinato.core.chunks import Chunk
 from ostinato.core.items import chunk_refs
 from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol, shm
+from ostinato.wire.item_groups import item_group
 from ostinato.wire.outbox import Entry
 
 _log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 #: Runs of at least GROUP_MIN (and at most GROUP_MAX) consecutive items alike -- one table,
 #: the same squeeze flags, one slice per column, as many columns -- travel as one item
 #: group: arrays of keys, priorities, chunk keys, offsets and lengths that the server reads
-#: with numpy instead of one msgpack item each (:func:`ostinato.wire.protocol.item_group`).
+#: with numpy instead of one msgpack item each (:func:`ostinato.wire.item_groups.item_group`).
 GROUP_MIN = 4
 GROUP_MAX = 256
 
@@ -37,7 +38,7 @@ def _group(ti: int, group: list[Any], sq: list[bool], width: int) -> dict[str, A
     """The wire form of a run of flat items alike (see :data:`GROUP_MIN`)."""
     keys, prios, packed, _ = zip(*group)
     fields = list(zip(*packed))
-    return protocol.item_group(
+    return item_group(
         ti,
         sq,
         np.array(keys, np.uint64),

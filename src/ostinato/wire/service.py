@@ -257,13 +257,23 @@ class ReplayService:
         go to the data pool."""
         acks = session.handle(raw, gone.active)
         if len(raw) <= INLINE_BYTES and not session.ring_mapped:
+            total = 0
             for n in acks:
-                yield n
                 if n is None:
+                    if total:
+                        yield total
+                    yield None
                     return
-                if session.waiting:
+                total += n
+                if session.waiting:  # the client hears what is in before we wait
+                    yield total
                     break
             else:
+                # Stored whole without waiting: one ack, and the request is complete before
+                # the client hears it (so a client that then ends its call at once is not
+                # counted as having cancelled a request).
+                session.complete = True
+                yield total
                 return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -336,6 +346,7 @@ class ReplayService:
                 finally:
                     self._waiting.pop(task, None)
                 status = "UNKNOWN"
+                session.complete = False
                 try:
                     async for n in self._acks(session, raw, gone):
                         if n is None:  # the client went away while we waited
@@ -345,6 +356,9 @@ class ReplayService:
                             continue
                         ack = protocol.insert_ack(n)
                         sent += len(ack)
+                        if session.complete:  # the last ack of a whole request
+                            stats.record(method, "OK", len(raw), sent)
+                            status, sent = None, 0
                         yield ack
                 except ShmError as e:  # the writer resends inline: nothing was stored
                     stats.record(method, "FAILED_PRECONDITION", len(raw), sent)
@@ -358,7 +372,8 @@ class ReplayService:
                     if not isinstance(e, (errors.ReverbError, ValueError, TypeError)):
                         _log.error("internal error in Insert", exc_info=e)
                     await abort_with(context, e)
-                stats.record(method, "OK", len(raw), sent)
+                if status is not None:
+                    stats.record(method, "OK", len(raw), sent)
                 status, sent = None, 0
         except asyncio.CancelledError:
             if task in self._swept:  # idle: end the stream normally, the writer reopens it

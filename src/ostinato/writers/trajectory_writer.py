@@ -6,7 +6,6 @@ The checks of an item before it is sent are in :mod:`ostinato.writers.item_valid
 from __future__ import annotations
 
 import datetime
-import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,11 +20,11 @@ from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator, trajectory_columns
 from ostinato.writers.packing import pack_columns
+from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
 
-_log = logging.getLogger(__name__)
 
 _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, *NUMPY_REAL_SCALARS})
 
@@ -46,7 +45,7 @@ class _Column:
         self.set_in_step = False
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(StreamWriter):
     """Writes steps and creates items that refer to any of the recent steps.
 
     Obtain one with ``client.trajectory_writer(num_keep_alive_refs)``. Not thread-safe: use one
@@ -291,42 +290,7 @@ class TrajectoryWriter:
             keys.update(col.chunker.live_chunk_keys())
         return keys
 
-    @property
-    def num_pending_items(self) -> int:
-        """Items created but not yet confirmed in their tables."""
-        return self._stream.pending()
-
     # -- flush / episodes --------------------------------------------------------------------------
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Waits until at most ``block_until_num_items`` created items are not yet in their table.
-
-        Args:
-          block_until_num_items: how many items may still be pending on return.
-          timeout_ms: ``None`` (or negative) waits forever; otherwise milliseconds, where 0
-            means "check once" (Reverb waited forever on 0 here but not in ``end_episode``;
-            Ostinato treats both the same).
-
-        A closed writer has nothing pending (``close`` dropped what was), so ``flush`` returns
-        at once; Reverb raised "Close has been called" here, which made Acme's ``ReverbAdder``
-        (whose ``__del__`` flushes and closes, and whose test helper calls ``__del__`` by hand
-        before the collector does) print "Exception ignored in" tracebacks.
-
-        Raises:
-          DeadlineExceededError: the deadline passed; pending items keep being delivered.
-        """
-        if block_until_num_items < 0:
-            raise ValueError(f"block_until_num_items must be >= 0, got {block_until_num_items}")
-        if self._closed:
-            return
-        try:
-            self._stream.wait(block_until_num_items, Deadline.from_ms(timeout_ms))
-        except errors.DeadlineExceededError as e:
-            raise errors.DeadlineExceededError(
-                "Flush call did not complete within provided timeout of "
-                f"{datetime.timedelta(milliseconds=timeout_ms or 0)} "
-                f"({self._stream.pending()} items not yet confirmed: {e})"
-            ) from e
-
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, then starts a new episode; ``clear_buffers`` empties the history.
 
@@ -378,24 +342,6 @@ class TrajectoryWriter:
             c.history.resize(size)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise errors.FailedPreconditionError("TrajectoryWriter::Close has been called.")
-
-    def close(self) -> None:
-        """Stops the writer. Items not yet sent to the server are dropped (with a warning)."""
-        if self._closed:
-            return
-        self._closed = True
-        n = self._stream.close()
-        self._release_spare_rows()
-        if n:
-            _log.warning(
-                "TrajectoryWriter closed with %d items not delivered; call flush() "
-                "before close() to deliver them.",
-                n,
-            )
-
     def __enter__(self) -> TrajectoryWriter:
         return self
 
