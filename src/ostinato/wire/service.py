@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from concurrent import futures
 from typing import Any
 
@@ -47,6 +47,7 @@ from ostinato.errors import ShmError
 from ostinato.wire import codec, protocol
 from ostinato.wire.calls import Gone, RequestStats
 from ostinato.wire.grpc_server import GrpcServer, serve
+from ostinato.wire.insert_acks import request_acks
 from ostinato.wire.inserts import WAIT_SLICE, InsertSession, StreamStats
 from ostinato.wire.status import abort_shm_refused, abort_with, code_for
 
@@ -56,14 +57,11 @@ _log = logging.getLogger(__name__)
 #: long for the rest (see ``Table.sample(linger=)``): a sampler that keeps up with the inserts
 #: then takes them in batches instead of one round trip per few items (W6: 6.8k -> ~7.8k/s).
 SAMPLE_LINGER_SECONDS = 0.005
-_DONE: Any = object()
 
 
 DEFAULT_MAX_STREAMS = 4096
 #: Seconds an Insert stream may wait for its next request before the server ends it.
 DEFAULT_IDLE_STREAM_SECONDS = 300.0
-#: Insert requests up to this size are stored on the event loop (unless they must wait).
-INLINE_BYTES = 64 * 1024
 #: Threads answering control calls (Mutate, Reset, Checkpoint, Stats).
 CONTROL_THREADS = 2
 #: Most threads storing insert requests at once (and waiting for their rate limiters).
@@ -231,62 +229,8 @@ class ReplayService:
                     raise
 
     # -- insert -------------------------------------------------------------------------------
-    @staticmethod
-    def _drain(
-        acks: Iterator[int | None], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue
-    ) -> None:
-        """In the data pool: runs a request's store to its end, handing each ack (or the
-        error) to the loop."""
-        put = queue.put_nowait
-        try:
-            for n in acks:
-                loop.call_soon_threadsafe(put, n)
-                if n is None:
-                    return
-        except BaseException as e:  # noqa: BLE001 - handed to the stream's coroutine
-            loop.call_soon_threadsafe(put, e)
-        finally:
-            loop.call_soon_threadsafe(put, _DONE)
-
-    async def _acks(
-        self, session: InsertSession, raw: bytes, gone: Gone
-    ) -> AsyncIterator[int | None]:
-        """Stores one request; yields its acks. A small request is handled on the loop until
-        it would wait for a rate limiter (most never do: no thread hand-off, no queue); a
-        large one, one whose rows come from a shared-memory ring, and the waiting rest of any
-        go to the data pool."""
-        acks = session.handle(raw, gone.active)
-        if len(raw) <= INLINE_BYTES and not session.ring_mapped:
-            total = 0
-            for n in acks:
-                if n is None:
-                    if total:
-                        yield total
-                    yield None
-                    return
-                total += n
-                if session.waiting:  # the client hears what is in before we wait
-                    yield total
-                    break
-            else:
-                # Stored whole without waiting: one ack, and the request is complete before
-                # the client hears it (so a client that then ends its call at once is not
-                # counted as having cancelled a request).
-                session.complete = True
-                yield total
-                return
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        loop.run_in_executor(self.pools["data"], self._drain, acks, loop, queue)
-        while True:
-            n = await queue.get()
-            if n is _DONE:
-                return
-            if isinstance(n, BaseException):
-                raise n
-            yield n
-            if n is None:
-                return
+    def _acks(self, session: InsertSession, raw: bytes, gone: Gone) -> AsyncIterator[int | None]:
+        return request_acks(session, raw, gone, self.pools["data"])
 
     async def sweep_idle(self) -> None:
         """Ends streams that sent nothing for ``idle_stream_seconds`` (runs on the loop)."""
