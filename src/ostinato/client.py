@@ -46,6 +46,17 @@ class _Default:
 _DEFAULT: Any = _Default("<the transport's own wait>")
 
 
+def _signature_wait(validate_items: bool, get_signature_timeout_ms: Any) -> tuple[bool, int | None]:
+    """A writer's ``(validate_items, signature_timeout_ms)`` from the client's arguments: Reverb
+    0.7's ``get_signature_timeout_ms=None`` turns validation off; not given, the transport's
+    own wait."""
+    if get_signature_timeout_ms is None:
+        return False, None
+    if get_signature_timeout_ms is _DEFAULT:
+        return validate_items, None
+    return validate_items, get_signature_timeout_ms
+
+
 class Client:
     """Client of a replay server.
 
@@ -261,11 +272,7 @@ class Client:
             ``None``: 10,000 for a server in this process, 4,096 over the network (the gRPC
             transport's ``ClientOptions.max_in_flight_items``).
         """
-        timeout_ms: int | None = None
-        if get_signature_timeout_ms is None:
-            validate_items = False
-        elif get_signature_timeout_ms is not _DEFAULT:
-            timeout_ms = get_signature_timeout_ms
+        validate_items, timeout_ms = _signature_wait(validate_items, get_signature_timeout_ms)
         return TrajectoryWriter(
             self.transport,
             num_keep_alive_refs,
@@ -296,11 +303,7 @@ class Client:
           validate_items, max_chunk_length, max_pending_items, get_signature_timeout_ms: as
             for :meth:`trajectory_writer` (``max_chunk_length`` is per environment).
         """
-        timeout_ms: int | None = None
-        if get_signature_timeout_ms is None:
-            validate_items = False
-        elif get_signature_timeout_ms is not _DEFAULT:
-            timeout_ms = get_signature_timeout_ms
+        validate_items, timeout_ms = _signature_wait(validate_items, get_signature_timeout_ms)
         return VectorTrajectoryWriter(
             self.transport,
             num_envs,

@@ -104,6 +104,15 @@ CONFIGS = st.fixed_dictionaries(
 )
 
 
+def _window_kwargs(cfg):
+    return {
+        "sequence_length": cfg["sequence_length"],
+        "stride_length": cfg["stride_length"],
+        "pad_end_of_episodes": cfg["pad"],
+        "tile_end_of_episodes": cfg["pad"] and cfg["tile"],
+    }
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     cfg=CONFIGS,
@@ -116,12 +125,7 @@ def test_gym_transitions_like_one_observer_per_env(cfg, kind, mode, n, seed):
     server = reverb.Server([reverb.Table.queue("a", 100_000), reverb.Table.queue("b", 100_000)])
     try:
         client = server.localhost_client()
-        kw = {
-            "sequence_length": cfg["sequence_length"],
-            "stride_length": cfg["stride_length"],
-            "pad_end_of_episodes": cfg["pad"],
-            "tile_end_of_episodes": cfg["pad"] and cfg["tile"],
-        }
+        kw = _window_kwargs(cfg)
         ours, ref = _observers(client, kind, n, mode, **kw)
         _gym_run(ours, ref, n, mode, 40, seed)
         ours.flush()
@@ -144,12 +148,7 @@ def test_batched_step_dicts_like_one_observer_per_env(cfg, kind, seed):
     server = reverb.Server([reverb.Table.queue("a", 100_000), reverb.Table.queue("b", 100_000)])
     try:
         client = server.localhost_client()
-        kw = {
-            "sequence_length": cfg["sequence_length"],
-            "stride_length": cfg["stride_length"],
-            "pad_end_of_episodes": cfg["pad"],
-            "tile_end_of_episodes": cfg["pad"] and cfg["tile"],
-        }
+        kw = _window_kwargs(cfg)
         ours, ref = _observers(client, kind, n, None, **kw)
         rng = np.random.default_rng(seed)
         prev_last = np.ones(n, bool)

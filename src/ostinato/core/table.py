@@ -255,9 +255,8 @@ class Table(TableBookkeeping):
             if gate.closed:
                 gate.check_open()
             lim = self._limiter
-            n = len(items)
-            if n > 1 and not assign and lim.can_insert(n) and self._insert_batch_locked(items):
-                done = n
+            if self._insert_batch_locked(items, assign):
+                done = len(items)
             else:
                 for key, priority, traj, squeeze in items:
                     if not lim.can_insert(1):
@@ -296,8 +295,7 @@ class Table(TableBookkeeping):
         with self._cond:
             gate.check_open()
             lim = self._limiter
-            n = len(items)
-            if n > 1 and not assign and lim.can_insert(n) and self._insert_batch_locked(items):
+            if self._insert_batch_locked(items, assign):
                 gate.notify_inserted(self._allowed_locked, self._inserts_blocked)
                 return [it[0] for it in items]
             for key, priority, traj, squeeze in items:

@@ -58,15 +58,15 @@ class TableBookkeeping(TableContents):
         self._limiter.insert()
         return key
 
-    def _insert_batch_locked(self, items: Sequence[Any]) -> bool:
-        """Inserts admitted items at once, as :meth:`_insert_locked` in turn would, when that
-        needs no per-item decision: their keys are new and distinct, and the table will not
-        go over ``max_size``. Returns False (nothing done) otherwise. Caller holds the lock and
-        has checked that the rate limiter admits all of them."""
+    def _insert_batch_locked(self, items: Sequence[Any], assign: bool) -> bool:
+        """Inserts several items at once, as :meth:`_insert_locked` in turn would, when that
+        needs no per-item decision: the rate limiter admits all of them, no key is re-assigned
+        (``assign`` is False), the keys are new and distinct, and the table will not go over
+        ``max_size``. Returns False (nothing done) otherwise. Caller holds the lock."""
         slots = self._slots
         k2s = slots.key_to_slot
         n = len(items)
-        if len(k2s) + n > self._max_size:
+        if n < 2 or assign or len(k2s) + n > self._max_size or not self._limiter.can_insert(n):
             return False
         keys, prios, trajs, sqs = zip(*items)
         if not k2s.keys().isdisjoint(keys) or len(set(keys)) != n:

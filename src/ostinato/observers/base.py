@@ -52,7 +52,56 @@ def _is_history(x: Any) -> bool:
     return isinstance(x, ColumnHistory)
 
 
-class ObserverBase:
+class ObserverTargets:
+    """Where an observer writes: its client, its tables and the priority of its items (the
+    part of TF-Agents' observer API that unbatched and batched observers share)."""
+
+    _py_client: Any
+    _table_names: tuple[str, ...]
+    _priority: float
+
+    def _set_targets(self, py_client: Any, table_name: Any, priority: Any) -> None:
+        """Checks and keeps the client, the table names and the priority.
+
+        Raises:
+          ValueError: ``py_client`` is not a client, or a table name or the priority is
+            invalid (the message names it).
+        """
+        if py_client is None or not callable(getattr(py_client, "trajectory_writer", None)):
+            raise ValueError(f"py_client ({py_client!r}) must be an ostinato (or Reverb) Client")
+        self._py_client = py_client
+        self._table_names = table_names(table_name)
+        self._priority = priority_value(priority)
+
+    @property
+    def py_client(self) -> Any:
+        """The client the observer writes through."""
+        return self._py_client
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """The tables every item goes to (the data is stored once)."""
+        return self._table_names
+
+    @property
+    def priority(self) -> float:
+        """The priority of the items created from now on."""
+        return self._priority
+
+    def update_priority(self, priority: float) -> None:
+        """Sets the priority of items created from now on (items already written keep theirs).
+
+        Raises:
+          ValueError: ``priority`` is not a finite real number.
+        """
+        self._priority = priority_value(priority)
+
+    def get_table_signature(self) -> Any:
+        """The signature of the first table (all tables are assumed to share it)."""
+        return self._py_client.server_info()[self._table_names[0]].signature
+
+
+class ObserverBase(ObserverTargets):
     """Writer lifecycle and the parts of TF-Agents' observer API common to every observer.
 
     Subclasses set ``_num_keep_alive_refs`` and implement ``__call__`` and ``reset``.
@@ -63,11 +112,7 @@ class ObserverBase:
     def __init__(
         self, py_client: Any, table_name: Any, priority: Any, *, validate_items: bool = True
     ):
-        if py_client is None or not callable(getattr(py_client, "trajectory_writer", None)):
-            raise ValueError(f"py_client ({py_client!r}) must be an ostinato (or Reverb) Client")
-        self._py_client = py_client
-        self._table_names = table_names(table_name)
-        self._priority = priority_value(priority)
+        self._set_targets(py_client, table_name, priority)
         self._validate_items = flag(validate_items, "validate_items")
         self._writer: Any = None
         self._gym = GymEpisode()
@@ -104,33 +149,6 @@ class ObserverBase:
             self._writer.end_episode()
 
     # -- TF-Agents API --------------------------------------------------------------------------
-    @property
-    def py_client(self) -> Any:
-        """The client the observer writes through."""
-        return self._py_client
-
-    @property
-    def table_names(self) -> tuple[str, ...]:
-        """The tables every item goes to (the data is stored once)."""
-        return self._table_names
-
-    @property
-    def priority(self) -> float:
-        """The priority of the items created from now on."""
-        return self._priority
-
-    def update_priority(self, priority: float) -> None:
-        """Sets the priority of items created from now on (items already written keep theirs).
-
-        Raises:
-          ValueError: ``priority`` is not a finite real number.
-        """
-        self._priority = priority_value(priority)
-
-    def get_table_signature(self) -> Any:
-        """The signature of the first table (all tables are assumed to share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
-
     def flush(self) -> None:
         """Blocks until every item created so far is in its table.
 

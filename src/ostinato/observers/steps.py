@@ -56,9 +56,10 @@ class StepType(enum.IntEnum):
 #: The keys of the step dicts made from gymnasium transitions, in TF-Agents' field order.
 GYM_STEP_KEYS = ("step_type", "observation", "action", "next_step_type", "reward", "discount")
 
-_FIRST = np.int32(StepType.FIRST)
-_MID = np.int32(StepType.MID)
-_LAST = np.int32(StepType.LAST)
+#: The step types as the int32 scalars step dicts hold.
+FIRST_I32 = np.int32(StepType.FIRST)
+MID_I32 = np.int32(StepType.MID)
+LAST_I32 = np.int32(StepType.LAST)
 
 
 def _scalar(value: Any, what: str) -> Any:
@@ -150,7 +151,7 @@ def padding_step(example: Any) -> Any:
     return zeros._replace(**changes)
 
 
-def _copy(x: Any) -> Any:
+def copy_nest(x: Any) -> Any:
     # Environments may hand back a buffer they overwrite on the next step.
     return optree.tree_map(np.array, x, none_is_leaf=False)
 
@@ -186,7 +187,7 @@ class GymEpisode:
 
     def reset(self, obs: Any) -> None:
         """Starts an episode at ``obs`` (what ``env.reset()`` returned)."""
-        self._obs = _copy(obs)
+        self._obs = copy_nest(obs)
         self._first = True
         self._open = True
 
@@ -209,22 +210,22 @@ class GymEpisode:
         action = np.asarray(action)
         steps = [
             {
-                "step_type": _FIRST if self._first else _MID,
+                "step_type": FIRST_I32 if self._first else MID_I32,
                 "observation": self._obs,
                 "action": action,
-                "next_step_type": _LAST if done else _MID,
+                "next_step_type": LAST_I32 if done else MID_I32,
                 "reward": np.float32(reward),
                 "discount": np.float32(0.0 if terminated else 1.0),
             }
         ]
-        obs = _copy(obs)
+        obs = copy_nest(obs)
         if done:
             steps.append(
                 {
-                    "step_type": _LAST,
+                    "step_type": LAST_I32,
                     "observation": obs,
                     "action": np.zeros_like(action),
-                    "next_step_type": _FIRST,
+                    "next_step_type": FIRST_I32,
                     "reward": np.float32(0.0),
                     "discount": np.float32(1.0),
                 }

@@ -21,9 +21,16 @@ from typing import Any
 import numpy as np
 import optree
 
-from ostinato.observers.base import flag, priority_value, table_names
+from ostinato.observers.base import ObserverTargets, flag
 from ostinato.observers.batched import NEXT_STEP, SAME_STEP, BatchedBase, BatchedObserver
-from ostinato.observers.steps import StepType, padding_step
+from ostinato.observers.steps import (
+    FIRST_I32,
+    LAST_I32,
+    MID_I32,
+    StepType,
+    copy_nest,
+    padding_step,
+)
 from ostinato.observers.trajectory import (
     TrajectoryObserver,
     TrajectorySequenceObserver,
@@ -31,9 +38,6 @@ from ostinato.observers.trajectory import (
 )
 from ostinato.writers.vector_writer import VectorColumnHistory
 
-_FIRST = np.int32(StepType.FIRST)
-_MID = np.int32(StepType.MID)
-_LAST = np.int32(StepType.LAST)
 _LAST_INT = int(StepType.LAST)  # compares with an array without the enum's overhead
 _count = np.count_nonzero  # C-level (ndarray.any()/all() go through Python wrappers)
 
@@ -42,12 +46,7 @@ def _is_history(x: Any) -> bool:
     return isinstance(x, VectorColumnHistory)
 
 
-def _copy(x: Any) -> Any:
-    # Environments may hand back a buffer they overwrite on the next step.
-    return optree.tree_map(np.array, x, none_is_leaf=False)
-
-
-class BatchedTrajectoryObserver(BatchedBase):
+class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
     """:class:`~ostinato.observers.TrajectoryObserver` for ``num_envs`` environments.
 
     Arguments as for ``TrajectoryObserver``, plus ``num_envs``/``env``/``autoreset_mode``
@@ -92,11 +91,7 @@ class BatchedTrajectoryObserver(BatchedBase):
         validate_items: bool = True,
     ):
         super().__init__(num_envs=num_envs, env=env, autoreset_mode=autoreset_mode)
-        if py_client is None or not callable(getattr(py_client, "trajectory_writer", None)):
-            raise ValueError(f"py_client ({py_client!r}) must be an ostinato (or Reverb) Client")
-        self._py_client = py_client
-        self._table_names = table_names(table_name)
-        self._priority = priority_value(priority)
+        self._set_targets(py_client, table_name, priority)
         self._length, self._stride, self._pad, self._tile = window_arguments(
             sequence_length, stride_length, pad_end_of_episodes, tile_end_of_episodes
         )
@@ -123,7 +118,6 @@ class BatchedTrajectoryObserver(BatchedBase):
         n = self._num_envs
         self._writer: Any = None
         self._window: Any = None  # the trajectory of an item: the newest ``length`` steps
-        self._cached = np.zeros(n, np.int64)
         self._last: Any = None  # the latest batched step (the shape of padding steps)
         # Gymnasium: the observation the next action is taken in, per environment.
         self._obs: Any = None
@@ -134,14 +128,6 @@ class BatchedTrajectoryObserver(BatchedBase):
 
     # -- properties ------------------------------------------------------------------------------
     @property
-    def py_client(self) -> Any:
-        return self._py_client
-
-    @property
-    def table_names(self) -> tuple[str, ...]:
-        return self._table_names
-
-    @property
     def sequence_length(self) -> int:
         return self._length
 
@@ -150,15 +136,11 @@ class BatchedTrajectoryObserver(BatchedBase):
         return self._stride
 
     @property
-    def priority(self) -> float:
-        return self._priority
-
-    @property
     def cached_steps(self) -> np.ndarray:
         """Steps appended since each environment's episode (or the last ``reset``) began."""
         if self._fallback is not None:
             return np.array([o.cached_steps for o in self._fallback.observers], np.int64)  # type: ignore[attr-defined]
-        return self._cached.copy()
+        return self._steps()
 
     @property
     def episodes_in_progress(self) -> np.ndarray:
@@ -168,6 +150,13 @@ class BatchedTrajectoryObserver(BatchedBase):
         return self._open & ~self._first
 
     # -- writing ---------------------------------------------------------------------------------
+    def _steps(self) -> np.ndarray:
+        """Steps appended since each environment's episode (or the last ``reset``) began: the
+        writer's count, since every window boundary ends the writer's episode too."""
+        if self._writer is None:
+            return np.zeros(self._num_envs, np.int64)
+        return self._writer.episode_steps
+
     def _get_writer(self) -> Any:
         if self._writer is None:
             raise ValueError(
@@ -187,11 +176,7 @@ class BatchedTrajectoryObserver(BatchedBase):
             self._window = optree.tree_map(
                 lambda h: h[s], w.history, is_leaf=_is_history, none_is_leaf=False
             )
-        c = self._cached
-        if mask is None:
-            c += 1
-        else:
-            c[mask] += 1
+        c = w.episode_steps  # the writer counts each environment's steps since its reset
         due = c >= self._length
         if self._stride > 1:
             due &= (c - self._length) % self._stride == 0
@@ -215,16 +200,15 @@ class BatchedTrajectoryObserver(BatchedBase):
     def _end(self, mask: np.ndarray, write: bool) -> None:
         """``TrajectoryObserver.reset(write)`` for the environments in ``mask``."""
         error = None
-        has = mask & (self._cached > 0)
+        c = self._steps()
+        has = mask & (c > 0)
         if write and has.any():
             if self._pad:
-                c = self._cached
                 n = np.where(has, self._length - 1 if self._tile else self._length - c, 0)
                 pad = self._padding()
                 for j in range(int(n.max(initial=0))):
                     self._append(pad, has & (n > j))
             else:
-                c = self._cached
                 due = (c >= self._length) & ((c - self._length) % self._stride == 0)
                 if (has & ~due).any():
                     error = ValueError(
@@ -232,7 +216,6 @@ class BatchedTrajectoryObserver(BatchedBase):
                         f"to write an item with sequence_length={self._length}, consider "
                         "enabling pad_end_of_episodes."
                     )
-        self._cached[mask] = 0
         self._get_writer().end_episode(mask)
         if error is not None:
             raise error
@@ -282,7 +265,7 @@ class BatchedTrajectoryObserver(BatchedBase):
     def _set_obs(self, mask: np.ndarray, obs: Any) -> None:
         """The next actions of the environments in ``mask`` are taken in ``obs``'s rows."""
         if self._obs is None or mask.all():
-            self._obs = _copy(obs)
+            self._obs = copy_nest(obs)
             return
         optree.tree_map(
             lambda dst, src: dst.__setitem__(mask, np.asarray(src)[mask]),
@@ -352,10 +335,10 @@ class BatchedTrajectoryObserver(BatchedBase):
             final_obs = self._final_obs(info, done)
         actions = np.asarray(actions)
         step = {
-            "step_type": np.where(self._first, _FIRST, _MID),
+            "step_type": np.where(self._first, FIRST_I32, MID_I32),
             "observation": self._obs,
             "action": actions,
-            "next_step_type": np.where(done, _LAST, _MID),
+            "next_step_type": np.where(done, LAST_I32, MID_I32),
             "reward": np.asarray(rewards, np.float32),
             "discount": np.where(terminated, np.float32(0.0), np.float32(1.0)),
         }
@@ -368,10 +351,10 @@ class BatchedTrajectoryObserver(BatchedBase):
         if ended.any():
             last_obs = obs if final_obs is None else self._with_rows(obs, ended, final_obs)
             boundary = {
-                "step_type": np.full(self._num_envs, _LAST),
-                "observation": _copy(last_obs),
+                "step_type": np.full(self._num_envs, LAST_I32),
+                "observation": copy_nest(last_obs),
                 "action": np.zeros_like(actions),
-                "next_step_type": np.full(self._num_envs, _FIRST),
+                "next_step_type": np.full(self._num_envs, FIRST_I32),
                 "reward": np.zeros(self._num_envs, np.float32),
                 "discount": np.ones(self._num_envs, np.float32),
             }
@@ -390,7 +373,7 @@ class BatchedTrajectoryObserver(BatchedBase):
 
     def _with_rows(self, obs: Any, rows: np.ndarray, final: Any) -> Any:
         """``obs`` with row ``i`` replaced by ``final[i]`` for the environments in ``rows``."""
-        out = _copy(obs)
+        out = copy_nest(obs)
         for i in np.flatnonzero(rows).tolist():
             optree.tree_map(
                 lambda dst, src, i=i: dst.__setitem__(i, np.asarray(src)),
@@ -434,7 +417,6 @@ class BatchedTrajectoryObserver(BatchedBase):
                 self._num_envs, self._length, validate_items=self._validate_items
             )
             self._window = None
-            self._cached[:] = 0
             self._last = None
         return None
 
@@ -450,7 +432,6 @@ class BatchedTrajectoryObserver(BatchedBase):
             finally:
                 self._writer.close()
                 self._writer = None
-                self._cached[:] = 0
                 self._obs = None
                 self._first[:] = True
                 self._open[:] = False
@@ -459,14 +440,9 @@ class BatchedTrajectoryObserver(BatchedBase):
 
     def update_priority(self, priority: float) -> None:
         """Sets the priority of the items created from now on, for every environment."""
+        super().update_priority(priority)
         if self._fallback is not None:
-            return self._fallback.update_priority(priority)
-        self._priority = priority_value(priority)
-        return None
-
-    def get_table_signature(self) -> Any:
-        """The signature of the first table (all tables are assumed to share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
+            self._fallback.update_priority(priority)
 
     def __repr__(self) -> str:
         return (

@@ -290,28 +290,22 @@ class VectorTrajectoryWriter(StreamWriter):
         if not count:
             return 0
         cols = self._columns_of(trajectory)
-        if type(priority) is float or type(priority) is int:
+        prios: Any = None
+        if type(priority) is float or type(priority) is int or np.ndim(priority) == 0:
             p = float(priority)
             if p != p:
                 raise ValueError("`priority` must not be nan.")
-            prios: Any = None
         else:
             prio = np.asarray(priority, dtype=np.float64)
-            if prio.ndim == 0:
-                p = float(prio)
-                if p != p:
-                    raise ValueError("`priority` must not be nan.")
-                prios = None
-            else:
-                if prio.shape != (self._n,):
-                    raise ValueError(
-                        f"priority must be a number or an array of shape ({self._n},); got "
-                        f"shape {prio.shape}"
-                    )
-                prios = prio[sel]
-                if np.isnan(prios).any():
-                    raise ValueError("`priority` must not be nan.")
-                p = float(prios.min())
+            if prio.shape != (self._n,):
+                raise ValueError(
+                    f"priority must be a number or an array of shape ({self._n},); got "
+                    f"shape {prio.shape}"
+                )
+            prios = prio[sel]
+            if np.isnan(prios).any():
+                raise ValueError("`priority` must not be nan.")
+            p = float(prios.min())
         layout = tuple((c.lanes.index, c.back, c.length, c.squeeze) for c in cols)
         known = self._layouts.get(layout)
         if known is None:
@@ -336,7 +330,7 @@ class VectorTrajectoryWriter(StreamWriter):
         # Packed trajectories: per column a (chunk, offset, length) triple per item.
         parts: list[Any] = []
         flat = True
-        sel_list: list[int] = sel.tolist() if lanes is not None or self._n < 2 else []
+        sel_list: list[int] | None = None  # made when a column needs it
         for c in cols:
             lanes_c = c.lanes
             if lanes is None and c.back <= lanes_c.minfill:  # in every lane's current chunk
@@ -344,7 +338,7 @@ class VectorTrajectoryWriter(StreamWriter):
                 parts.append((lanes_c.pos - lanes_c.start - c.back).tolist())
                 parts.append(repeat(c.length, count))
                 continue
-            if not sel_list:
+            if sel_list is None:
                 sel_list = sel.tolist()
             offs = lanes_c.pos[sel] - lanes_c.start[sel] - c.back
             ch = lanes_c.chunk
