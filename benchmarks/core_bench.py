@@ -58,9 +58,9 @@ DEFAULT = [
 ALLOWED = DEFAULT + ["W3", "W6"]
 SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
-    "W1": Target("ratio", 5.0),
+    "W1": Target("ratio", 6.0),  # issue 25
     "W1t": Target("ratio", 5.0),
-    "W2": Target("ratio", 5.0),
+    "W2": Target("ratio", 6.0),  # issue 25
     **{w: SAMPLE_TARGET for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b")},
     "W9": Target("ratio", 20.0),
     "W9s": Target("ratio", 20.0),

@@ -127,6 +127,7 @@ def test_stop_does_not_fake_confirmations(make_server):
     for i in range(3):
         w.append({"x": np.int64(i)})
         w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+    w.flush(block_until_num_items=2, timeout_ms=3000)  # 1 stored, 2 wait for room
     assert w.num_pending_items == 2
     server.stop()
     with pytest.raises(errors.ReverbError, match="could not deliver|closed|stopped"):

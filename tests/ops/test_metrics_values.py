@@ -258,6 +258,7 @@ def test_in_process_latency_is_measured_for_items_held_back_only(make_server):
         for i in range(5):  # 3 go in at once; 2 wait for samples
             w.append({"x": np.float32(i)})
             w.create_item("lat", 1.0, {"x": w.history["x"][-1]})
+        w.flush(block_until_num_items=2, timeout_ms=10_000)  # the writer's batch goes in
         assert client_metrics()[address]["pending"] == 2
         time.sleep(0.2)
         list(client.sample("lat", num_samples=2))

@@ -67,6 +67,7 @@ def _run_ops(client, ops, n, keep, chunk):
             for i in np.flatnonzero(m):
                 w = refs[i]
                 w.create_item("ref", 1.0, {k: w.history[k][sl] for k in ("env", "t", "obs")})
+                w.flush()  # items of different writers are in their table in creation order
         else:
             vw.end_episode(m)
             for i in np.flatnonzero(m):

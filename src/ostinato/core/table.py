@@ -230,7 +230,7 @@ class Table(TableBookkeeping):
             [(key, priority, trajectory, squeeze)], Deadline.after(timeout), assign=assign
         )[0]
 
-    def _check_item_priorities(self, items: Sequence[Item]) -> None:
+    def check_item_priorities(self, items: Sequence[Item]) -> None:
         """Raises ``InvalidArgumentError`` before anything is stored if an item's priority is
         one this table cannot take (:meth:`validate_priority`). Only NaN is looked for on a
         table without a Prioritized selector (that comparison is all the per-item cost)."""
@@ -248,7 +248,7 @@ class Table(TableBookkeeping):
         Returns:
           How many of ``items`` (a prefix) were inserted.
         """
-        self._check_item_priorities(items)
+        self.check_item_priorities(items)
         done = 0
         gate = self._gate
         with self._lock:
@@ -288,7 +288,7 @@ class Table(TableBookkeeping):
           InvalidArgumentError: a priority is NaN, or negative or too large on a Prioritized
             table; nothing was stored.
         """
-        self._check_item_priorities(items)
+        self.check_item_priorities(items)
         deadline = deadline or Deadline.never()
         keys: list[int] = []
         gate = self._gate

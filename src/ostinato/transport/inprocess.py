@@ -70,6 +70,11 @@ class InProcessTransport(Transport):
         Once the server stops, its tables are closed and it raises ``CancelledError``."""
         return self._table(table).try_insert_many
 
+    def checker(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], None]:
+        """``check(items)`` for one table: raises ``InvalidArgumentError`` for a priority the
+        table cannot take (``Table.check_item_priorities``), storing nothing."""
+        return self._table(table).check_item_priorities
+
     def insert(self, table: str, items: Sequence[tuple[Any, ...]], deadline: Deadline) -> None:
         self._table(table).insert_many(items, deadline, assign=False)
 

@@ -12,6 +12,7 @@ the limiter.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -64,20 +65,36 @@ class InsertSink(Protocol):
         """``try_insert(items)`` for one table: inserts the prefix of ``items`` that the rate
         limiter admits now and returns its length (raises once the table is closed)."""
 
+    def checker(self, table: str) -> Callable[[Sequence[Item]], None]:
+        """``check(items)`` for one table: raises for a priority it cannot take."""
+
     def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None: ...
+
+
+#: Items a :class:`Delivery` holds before it inserts them into their table in one call.
+HOLD_ITEMS = 64
+#: Longest an item is held (seconds) before it is inserted, whatever the writer does next.
+HOLD_SECONDS = 0.002
 
 
 class Delivery:
     """A :class:`WriterStream` to tables in this process.
 
-    Items the rate limiter admits at once go straight in, from the writer's thread; the rest
-    wait in one queue (at most ``max_pending`` items) that one background thread delivers in
-    order, waiting on the rate limiter. If an item cannot be delivered (its table was closed,
-    the server stopped) the thread stops and every later call raises
-    ``FailedPreconditionError`` naming the cause.
+    Items are inserted in batches: a writer's items are held until :data:`HOLD_ITEMS` are
+    there, the writer names another table, ``flush``/``close`` is called, or the first of them
+    has waited :data:`HOLD_SECONDS` (one thread per process, :class:`_Sweeper`, delivers those
+    whose writer went quiet). A batch costs a table far less per item than single inserts.
+    Reverb's writers also send items after ``create_item`` returns; ``flush`` is the call
+    that waits until they are in their tables. A priority the table cannot take is refused
+    when the item is created, as before.
+
+    Items the rate limiter admits go straight in; the rest wait in one queue (at most
+    ``max_pending`` items) that one background thread delivers in order, waiting on the rate
+    limiter. If an item cannot be delivered (its table was closed, the server stopped) the
+    thread stops and every later call raises ``FailedPreconditionError`` naming the cause.
 
     Args:
-      sink: the tables (``inserter``/``insert`` of an in-process transport).
+      sink: the tables (``inserter``/``checker``/``insert`` of an in-process transport).
       max_pending: most items queued before ``insert`` blocks.
     """
 
@@ -89,6 +106,7 @@ class Delivery:
     def __init__(self, sink: InsertSink, max_pending: int = DEFAULT_MAX_PENDING_ITEMS):
         self._sink = sink
         self._inserters: dict[str, Callable[[Sequence[Item]], int]] = {}
+        self._checkers: dict[str, Callable[[Sequence[Item]], None]] = {}
         self._max = max_pending
         self._queue: deque[tuple[str, Item]] = deque()
         self._queued_at: deque[tuple[float, int]] = deque()  # per insert() queued: (when, items)
@@ -97,32 +115,104 @@ class Delivery:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._closed = False
+        # Items held for the next batch, all for one table; the lock is taken before _cv.
+        self._held: list[Item] = []
+        self._held_table = ""
+        self._held_since = 0.0
+        self._held_lock = threading.Lock()
 
     def pending(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._held)
 
     def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None:
+        if self._error is not None:
+            with self._cv:
+                self._raise_error()
+        check = self._checkers.get(table)
+        if check is None:
+            check = self._checkers[table] = self._sink.checker(table)
+            self._inserters[table] = self._sink.inserter(table)
+        check(items)  # a bad priority is refused now, before anything of this call is held
+        now = time.monotonic()
+        with self._held_lock:
+            held = self._held
+            if held and (self._held_table != table or now - self._held_since > HOLD_SECONDS):
+                self._take_and_deliver(deadline, 0)
+            first = not held
+            if first:
+                self._held_table, self._held_since = table, now
+            held.extend(items)
+            if len(held) >= HOLD_ITEMS or len(held) + len(self._queue) >= self._max:
+                self._take_and_deliver(deadline, len(items))
+            elif first:  # after extend: the sweeper drops a delivery it finds with none held
+                _SWEEPER.watch(self)
+
+    def _take_and_deliver(self, deadline: Deadline, own: int) -> None:
+        """Delivers the held items (held lock taken). ``own``: how many of them, at the end,
+        are the current ``insert`` call's: if the deadline passes while they wait for room in
+        the queue, those not stored are dropped (the call raises, as for a single item) and
+        the earlier ones are held again."""
+        items, table = self._held[:], self._held_table
+        self._held.clear()
+        try:
+            self._deliver(table, items, deadline)
+        except errors.DeadlineExceededError as e:
+            left = getattr(e, "undelivered", 0)
+            keep = items[len(items) - left : len(items) - own] if left > own else []
+            self._held[:0] = keep
+            if keep:
+                self._held_since = time.monotonic()
+                _SWEEPER.watch(self)
+            raise
+
+    def release(self, now: float) -> bool:
+        """Delivers held items that waited :data:`HOLD_SECONDS` (the sweeper's call; never
+        blocks on the writer or on room in the queue). Returns whether items remain held."""
+        if not self._held_lock.acquire(blocking=False):
+            return True  # the writer is in a call: it will deliver or come back
+        try:
+            if self._held and now - self._held_since >= HOLD_SECONDS:
+                items, table = self._held[:], self._held_table
+                self._held.clear()
+                try:
+                    self._deliver(table, items, None)
+                except BaseException as e:  # noqa: BLE001 - handed to the writer's next call
+                    with self._cv:
+                        if self._error is None:
+                            self._error = e
+                        self._cv.notify_all()
+            return bool(self._held)
+        finally:
+            self._held_lock.release()
+
+    def _deliver(self, table: str, items: Sequence[Item], deadline: Deadline | None) -> None:
+        """Inserts what the rate limiter admits now and queues the rest for the thread;
+        ``deadline=None`` queues without waiting for room."""
         if not self._queue and not self._error:
-            inserter = self._inserters.get(table)
-            if inserter is None:
-                inserter = self._inserters[table] = self._sink.inserter(table)
-            done = inserter(items)  # the usual case: admitted at once
+            done = self._inserters[table](items)  # the usual case: admitted at once
             if done == len(items):
                 return
             items = items[done:]
         with self._cv:
             q = self._queue
-            wait_for(
-                self._cv,
-                lambda: len(q) < self._max or self._error is not None,
-                deadline,
-                lambda: errors.DeadlineExceededError(
-                    f"{len(q)} items are waiting for their tables' rate limiters "
-                    f"(max_pending_items={self._max})."
-                ),
-                self._raise_error,
-                0.5,
-            )
+            if deadline is not None:
+                try:
+                    wait_for(
+                        self._cv,
+                        lambda: len(q) < self._max or self._error is not None,
+                        deadline,
+                        lambda: errors.DeadlineExceededError(
+                            f"{len(q)} items are waiting for their tables' rate limiters "
+                            f"(max_pending_items={self._max})."
+                        ),
+                        self._raise_error,
+                        0.5,
+                    )
+                except errors.DeadlineExceededError as e:
+                    e.undelivered = len(items)  # type: ignore[attr-defined]
+                    raise
+            elif self._error is not None:
+                self._raise_error()
             self._queue.extend((table, it) for it in items)
             self._queued_at.append((time.monotonic(), len(items)))
             if self._thread is None:
@@ -133,6 +223,10 @@ class Delivery:
             self._cv.notify_all()
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
+        if len(self._held) + len(self._queue) > n or self._error is not None:
+            with self._held_lock:
+                if self._held:
+                    self._take_and_deliver(deadline, 0)
         with self._cv:
             q = self._queue
             wait_for(
@@ -147,9 +241,20 @@ class Delivery:
             )
 
     def close(self) -> int:
+        with self._held_lock:  # held items go in as they would have: what the limiter admits
+            items, table = self._held[:], self._held_table
+            self._held.clear()
+        dropped = 0
+        if items and self._error is None and not self._queue:
+            try:
+                dropped = len(items) - self._inserters[table](items)
+            except BaseException:  # noqa: BLE001 - the tables are gone: nothing was stored
+                dropped = len(items)
+        else:
+            dropped = len(items)
         with self._cv:
             self._closed = True
-            dropped = len(self._queue)
+            dropped += len(self._queue)
             self._queue.clear()
             self._queued_at.clear()
             self._cv.notify_all()
@@ -211,3 +316,47 @@ class Delivery:
             else:
                 q[0] = (at, size - n)
                 n = 0
+
+
+class _Sweeper:
+    """One thread per process that delivers items a :class:`Delivery` held for
+    :data:`HOLD_SECONDS` (its writer went quiet). It sleeps while no items are held."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._watched: set[Delivery] = set()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, delivery: Delivery) -> None:
+        """``delivery`` now holds items (called once per batch, not per item)."""
+        with self._cv:
+            self._watched.add(delivery)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="ostinato-deliver", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._watched:
+                    self._cv.wait()
+            time.sleep(HOLD_SECONDS)
+            with self._cv:
+                watched = list(self._watched)
+            now = time.monotonic()
+            idle = [d for d in watched if not d.release(now)]
+            with self._cv:  # a writer holding items again has called watch() or will
+                self._watched.difference_update(d for d in idle if not d._held)
+
+    def after_fork(self) -> None:
+        """In a forked child the thread is gone: start afresh."""
+        self._cv = threading.Condition()
+        self._watched = set()
+        self._thread = None
+
+
+_SWEEPER = _Sweeper()
+os.register_at_fork(after_in_child=_SWEEPER.after_fork)
