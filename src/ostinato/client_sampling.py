@@ -3,6 +3,7 @@ per step, shaped like the table's signature when asked (:func:`replay_samples`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,12 +26,14 @@ def replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) -> 
     n = len(batch)
     infos = list(
         map(
-            SampleInfo,
-            batch.keys.tolist(),
-            batch.probabilities.tolist(),
-            batch.table_sizes.tolist(),
-            batch.priorities.tolist(),
-            batch.times_sampled.tolist(),
+            _new_info,
+            zip(
+                batch.keys.tolist(),
+                batch.probabilities.tolist(),
+                batch.table_sizes.tolist(),
+                batch.priorities.tolist(),
+                batch.times_sampled.tolist(),
+            ),
         )
     )
     stacked: list[np.ndarray] | None = None
@@ -54,19 +57,26 @@ def replay_samples(batch: SampleBatch, emit_timesteps: bool, structure: Any) -> 
     sq = batch.squeeze[0]
     if not emit_timesteps or all(sq):
         data = _per_row(stacked, n, structure)
-        samples = list(map(ReplaySample, infos, data))
+        samples = list(map(_new_sample, zip(infos, data)))
         return samples if not emit_timesteps else [[s] for s in samples]
     if any(sq):
         raise _mixed_squeeze_error()
     rows, t = split_stacked(stacked, n, _lengths_error)
     steps = _per_row(rows, n * t, structure)
     samples = list(
-        map(ReplaySample, infos if t == 1 else [info for info in infos for _ in range(t)], steps)
+        map(
+            _new_sample,
+            zip(infos if t == 1 else [info for info in infos for _ in range(t)], steps),
+        )
     )
     return [samples[i * t : (i + 1) * t] for i in range(n)]
 
 
 _ELLIPSIS_KEYS: dict[int, list[tuple[int, Any]]] = {}
+# ``SampleInfo``/``ReplaySample`` from a tuple of their fields, made in C (``tuple.__new__``)
+# instead of through the namedtuple's Python-level ``__new__``.
+_new_info = functools.partial(tuple.__new__, SampleInfo)
+_new_sample = functools.partial(tuple.__new__, ReplaySample)
 
 
 def _rows(column: np.ndarray, n: int) -> list[np.ndarray]:

@@ -52,7 +52,7 @@ def key_list(keys: Any) -> list[int]:
     if isinstance(keys, np.ndarray):
         return key_array(keys).tolist()
     try:
-        out = [operator.index(k) for k in keys]
+        out = list(map(operator.index, keys))
     except TypeError:
         raise InvalidArgumentError(f"keys ({keys!r}) must be integers") from None
     if out and (min(out) < 0 or max(out) >= 2**64):

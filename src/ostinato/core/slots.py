@@ -35,6 +35,11 @@ _EPISODE = attrgetter("episode_id")
 _FLAT = {Chunk}
 
 
+#: Sampled items per generation whose slots :meth:`Slots.remember_sampled` keeps (two
+#: generations: between RECENT_MAX and twice that many of the last sampled).
+RECENT_MAX = 2_048
+
+
 class Slots:
     """Items by slot, with their chunk and episode references.
 
@@ -55,6 +60,11 @@ class Slots:
         self.traj: list[Any] = [None] * cap
         self.squeeze: list[Any] = [None] * cap
         self.key_to_slot: dict[int, int] = {}
+        # key -> slot of recently sampled items (see remember_sampled), in two generations of
+        # at most RECENT_MAX: small dicts that stay in the CPU's caches, where a lookup in
+        # key_to_slot of a big table is a cache miss.
+        self.recent: dict[int, int] = {}
+        self.recent_old: dict[int, int] = {}
         self.free: list[int] = list(range(cap - 1, -1, -1))
         self.next_seq = 0
         self.episode_refs: dict[int, int] = {}  # episode id -> chunk references to it
@@ -186,6 +196,9 @@ class Slots:
         key = self.a_keys[slot]
         traj = self.traj[slot]
         del self.key_to_slot[key]
+        if self.recent or self.recent_old:
+            self.recent.pop(key, None)
+            self.recent_old.pop(key, None)
         self.locations.remove(slot)
         chunks = items_lib.chunk_refs(traj)
         self.store.release(chunks)
@@ -210,6 +223,8 @@ class Slots:
         """Drops every item (capacity is kept) and resets the episode counters."""
         self.store.release(self._all_chunk_refs())
         self.key_to_slot.clear()
+        self.recent.clear()
+        self.recent_old.clear()
         cap = self.capacity
         self.traj = [None] * cap
         self.squeeze = [None] * cap
@@ -226,10 +241,27 @@ class Slots:
             store.acquire(refs)
         self.store = store
 
+    def remember_sampled(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Notes the slots of sampled items, whose priorities are usually updated next (a
+        table's own choice: Prioritized tables do). At most :data:`RECENT_MAX` are kept."""
+        if len(self.recent) >= RECENT_MAX:
+            self.recent_old, self.recent = self.recent, {}
+        self.recent.update(zip(keys.tolist(), slots.tolist()))
+
     def slots_of(self, keys: list[int]) -> tuple[list[int] | None, list[int]]:
         """Maps keys to slots, skipping unknown keys. Returns (positions of the known keys, or
         None if all are known; their slots)."""
-        slots = list(map(self.key_to_slot.get, keys))
+        recent = self.recent  # live items only: remove() and clear() forget theirs
+        if recent:
+            slots = list(map(recent.get, keys))
+            if None in slots:
+                old, k2s = self.recent_old, self.key_to_slot
+                slots = [
+                    s if s is not None else old[k] if k in old else k2s.get(k)
+                    for s, k in zip(slots, keys)
+                ]
+        else:
+            slots = list(map(self.key_to_slot.get, keys))
         if None not in slots:
             return None, slots  # type: ignore[return-value]
         pos = [i for i, s in enumerate(slots) if s is not None]

@@ -403,6 +403,10 @@ class Table(TableBookkeeping):
                 f"keys ({len(klist)}) and priorities ({len(p)}) must have the same length"
             )
         check_priorities(self._prioritized, p, self._name)
+        return self._update_checked(klist, p)
+
+    def _update_checked(self, klist: list[int], p: np.ndarray) -> int:
+        """:meth:`update_priorities` once keys and priorities are validated."""
         with self._cond:
             self._gate.check_open()
             pos, slots = self._slots.slots_of(klist)
@@ -438,13 +442,14 @@ class Table(TableBookkeeping):
         self, updates: dict[int, float] | None = None, deletes: Sequence[int] | None = None
     ) -> None:
         """Reverb's ``MutateItems``: deletes first, then updates; unknown keys are ignored."""
-        if updates:
+        if updates:  # every key and priority is checked before anything changes
+            klist = key_list(updates.keys())
             p = np.fromiter(updates.values(), dtype=np.float64, count=len(updates))
             check_priorities(self._prioritized, p, self._name)
         if deletes:
             self.delete(list(deletes))
         if updates:
-            self.update_priorities(list(updates.keys()), p)
+            self._update_checked(klist, p)
 
     def reset(self) -> None:
         """Removes every item and resets the rate limiter and statistics."""

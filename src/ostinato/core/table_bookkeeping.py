@@ -25,6 +25,7 @@ class TableBookkeeping(TableContents):
     attributes below and holds the lock around every call."""
 
     _rng: np.random.Generator
+    _prioritized: tuple[Any, ...]
     _key_rng: random.Random
 
     # -- one admitted insert -----------------------------------------------------------------------
@@ -95,7 +96,10 @@ class TableBookkeeping(TableContents):
         self._limiter.sample(k)
         if self._hooks is not None:
             self._hooks.sampled(self._slots.keys[slots].tolist(), reported.tolist())
-        return self._slots.sample_batch(slots, probs, reported)
+        batch = self._slots.sample_batch(slots, probs, reported)
+        if self._prioritized:  # their priorities are usually updated next
+            self._slots.remember_sampled(batch.keys, slots)
+        return batch
 
     def _sample_one_by_one(self, k: int) -> items_lib.SampleBatch:
         keys = np.empty(k, dtype=np.uint64)
