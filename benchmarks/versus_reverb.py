@@ -50,8 +50,9 @@ BENCHES = {
     "net": (net_bench.BENCH, "W1,W1t,W2,W3,W4,W4f,W4b,W5,W5b,W6"),
 }
 MODES = ("unpinned", "pinned")
-#: Longest a single benchmark process may run before it is killed.
-RUN_TIMEOUT = 1800
+#: Longest a single benchmark process may run before it is killed (its run then counts as
+#: missing: dm-reverb pinned to one CPU sometimes spins for minutes in a writer's flush).
+RUN_TIMEOUT = 900
 
 
 def _run(bench, impl: str, mode: str, workloads: list[str], args) -> dict[str, dict]:
@@ -75,10 +76,17 @@ def _run(bench, impl: str, mode: str, workloads: list[str], args) -> dict[str, d
         if args.quick:
             cmd += ["--quick"]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+            )
+        except subprocess.TimeoutExpired:
+            servers.log(f"{bench.mode} {impl} {mode}: no result in {RUN_TIMEOUT} s, run missing")
+            return {}
         if proc.returncode != 0 or not os.path.exists(out):
             sys.stderr.write(proc.stderr[-3000:])
-            raise SystemExit(f"{impl} ({mode}) failed: rc={proc.returncode}: {' '.join(cmd)}")
+            servers.log(f"{bench.mode} {impl} {mode} failed (rc={proc.returncode}), run missing")
+            return {}
         with open(out) as f:
             results = json.load(f)["results"]
         servers.log(
