@@ -242,13 +242,18 @@ class Table(TableBookkeeping):
             for it in items:
                 self.validate_priority(it[1])
 
-    def try_insert_many(self, items: Sequence[Item], assign: bool = False) -> int:
+    def try_insert_many(
+        self, items: Sequence[Item], assign: bool = False, checked: bool = False
+    ) -> int:
         """Inserts items in order while the rate limiter admits them, without waiting.
+
+        ``checked``: the caller already ran :meth:`check_item_priorities` on ``items``.
 
         Returns:
           How many of ``items`` (a prefix) were inserted.
         """
-        self.check_item_priorities(items)
+        if not checked:
+            self.check_item_priorities(items)
         done = 0
         gate = self._gate
         with self._lock:

@@ -4,6 +4,7 @@ caller."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,8 +68,9 @@ class InProcessTransport(Transport):
     def inserter(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], int]:
         """``try_insert(items)`` for one table (a writer's stream looks the table up once):
         inserts the prefix of ``items`` that the rate limiter admits now, returns its length.
-        Once the server stops, its tables are closed and it raises ``CancelledError``."""
-        return self._table(table).try_insert_many
+        Once the server stops, its tables are closed and it raises ``CancelledError``.
+        :class:`Delivery` checks priorities first (:meth:`checker`), so this does not."""
+        return functools.partial(self._table(table).try_insert_many, checked=True)
 
     def checker(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], None]:
         """``check(items)`` for one table: raises ``InvalidArgumentError`` for a priority the

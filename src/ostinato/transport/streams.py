@@ -63,7 +63,8 @@ class InsertSink(Protocol):
 
     def inserter(self, table: str) -> Callable[[Sequence[Item]], int]:
         """``try_insert(items)`` for one table: inserts the prefix of ``items`` that the rate
-        limiter admits now and returns its length (raises once the table is closed)."""
+        limiter admits now and returns its length (raises once the table is closed). Items
+        reach it only after the table's ``checker``: it need not check their priorities."""
 
     def checker(self, table: str) -> Callable[[Sequence[Item]], None]:
         """``check(items)`` for one table: raises for a priority it cannot take."""
@@ -147,13 +148,25 @@ class Delivery:
             elif first:  # after extend: the sweeper drops a delivery it finds with none held
                 _SWEEPER.watch(self)
 
+    def _take(self) -> tuple[str, list[Item]]:
+        """Empties the held batch (held lock taken); returns its table and items."""
+        items = self._held[:]
+        self._held.clear()
+        return self._held_table, items
+
+    def _fail(self, e: BaseException) -> None:
+        """Records the error that stops delivery; the writer's next call raises it."""
+        with self._cv:
+            if self._error is None:
+                self._error = e
+            self._cv.notify_all()
+
     def _take_and_deliver(self, deadline: Deadline, own: int) -> None:
         """Delivers the held items (held lock taken). ``own``: how many of them, at the end,
         are the current ``insert`` call's: if the deadline passes while they wait for room in
         the queue, those not stored are dropped (the call raises, as for a single item) and
         the earlier ones are held again."""
-        items, table = self._held[:], self._held_table
-        self._held.clear()
+        table, items = self._take()
         try:
             self._deliver(table, items, deadline)
         except errors.DeadlineExceededError as e:
@@ -172,15 +185,11 @@ class Delivery:
             return True  # the writer is in a call: it will deliver or come back
         try:
             if self._held and now - self._held_since >= HOLD_SECONDS:
-                items, table = self._held[:], self._held_table
-                self._held.clear()
+                table, items = self._take()
                 try:
                     self._deliver(table, items, None)
                 except BaseException as e:  # noqa: BLE001 - handed to the writer's next call
-                    with self._cv:
-                        if self._error is None:
-                            self._error = e
-                        self._cv.notify_all()
+                    self._fail(e)
             return bool(self._held)
         finally:
             self._held_lock.release()
@@ -242,8 +251,7 @@ class Delivery:
 
     def close(self) -> int:
         with self._held_lock:  # held items go in as they would have: what the limiter admits
-            items, table = self._held[:], self._held_table
-            self._held.clear()
+            table, items = self._take()
         dropped = 0
         if items and self._error is None and not self._queue:
             try:
@@ -290,9 +298,8 @@ class Delivery:
                 done = len(getattr(e, "inserted", ()))
             except BaseException as e:  # noqa: BLE001 - handed to the writer's next call
                 with self._cv:
-                    self._error = e
                     self._thread = None
-                    self._cv.notify_all()
+                self._fail(e)
                 return
             if done:
                 with self._cv:
