@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ostinato.core.selector_base import _MINUS_ONES, _VECTORISE_FROM, ItemSelector, _grow
+from ostinato.core.selector_base import _MINUS_ONES, _UNREAD, _VECTORISE_FROM, ItemSelector, _grow
 from ostinato.core.table_info import HeapOptions, KeyDistributionOptions
 
 
@@ -73,7 +73,8 @@ class _Ordered(ItemSelector):
 
     def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
         if len(slots) >= _VECTORISE_FROM:
-            self.bulk_insert(np.array(slots, dtype=np.int64), np.asarray(priorities))
+            # The order alone places a slot here: the priorities are not read.
+            self.bulk_insert(np.array(slots, dtype=np.int64), _UNREAD)
             return
         prev = self._prev
         nxt = self._next

@@ -17,6 +17,8 @@ _MINUS_ONES = array.array("q", [-1]) * 1024
 #: Batches of at least this many slots are inserted with numpy (fewer: a Python loop is
 #: cheaper than the arrays' set-up).
 _VECTORISE_FROM = 24
+#: The priorities handed to ``bulk_insert`` of a selector that does not read them.
+_UNREAD = np.empty(0)
 
 #: Largest accepted sampling weight (``priority ** priority_exponent``). Keeping weights below
 #: this bound keeps the sum of up to ~1e8 items finite, so sampling stays proportional.

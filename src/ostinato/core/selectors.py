@@ -25,7 +25,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from ostinato.core.ordered_selectors import Fifo, HeapSelector, Lifo, MaxHeap, MinHeap
-from ostinato.core.selector_base import _MINUS_ONES, _VECTORISE_FROM, MAX_WEIGHT, ItemSelector
+from ostinato.core.selector_base import (
+    _MINUS_ONES,
+    _UNREAD,
+    _VECTORISE_FROM,
+    MAX_WEIGHT,
+    ItemSelector,
+)
 from ostinato.core.sum_tree import SumTree
 from ostinato.core.table_info import KeyDistributionOptions, PrioritizedOptions
 from ostinato.errors import InvalidArgumentError
@@ -59,7 +65,8 @@ class Uniform(ItemSelector):
 
     def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
         if len(slots) >= _VECTORISE_FROM:
-            self.bulk_insert(np.array(slots, dtype=np.int64), np.asarray(priorities))
+            # The order alone places a slot here: the priorities are not read.
+            self.bulk_insert(np.array(slots, dtype=np.int64), _UNREAD)
             return
         pos = self._pos
         top = max(slots)

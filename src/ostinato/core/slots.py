@@ -16,7 +16,7 @@ import array
 from collections import _count_elements, deque  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,6 @@ _INITIAL_CAPACITY = 64
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 _FIRST = itemgetter(0)
 _CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
-_EPISODE = attrgetter("episode_id")
 _FLAT = {Chunk}
 
 
@@ -175,20 +174,23 @@ class Slots:
         _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.key_to_slot.update(zip(keys, slots))
         loc = self.locations
+        # References per distinct chunk (a writer's items share chunks), counted in C.
+        per_chunk: dict[Chunk, int] = {}
         if set(map(type, map(_FIRST, trajs))) == _FLAT:  # every item one slice per column
-            chunks = list(chain.from_iterable(map(_CHUNKS, trajs)))
+            _count_elements(per_chunk, chain.from_iterable(map(_CHUNKS, trajs)))
             if set(map(len, trajs)) == {loc.flat_len}:
                 loc.add_flat_many(loc.array, (idx * loc.stride_bytes).tolist(), trajs)
             else:
                 _consume(map(loc.add, slots, trajs))
         else:
-            chunks = list(chain.from_iterable(map(items_lib.chunk_refs, trajs)))
+            _count_elements(per_chunk, chain.from_iterable(map(items_lib.chunk_refs, trajs)))
             _consume(map(loc.add, slots, trajs))
-        # References per distinct chunk (a writer's items share chunks), counted in C.
-        per_chunk: dict[Chunk, int] = {}
-        _count_elements(per_chunk, chunks)
-        self.store.acquire_many(list(per_chunk), list(per_chunk.values()))
-        _count_elements(self.episode_refs, map(_EPISODE, chunks))  # += 1 per reference, in C
+        counts = list(per_chunk.values())
+        self.store.acquire_many(list(per_chunk), counts)
+        er = self.episode_refs
+        for chunk, count in zip(per_chunk, counts):  # a few distinct chunks, not every ref
+            e = chunk.episode_id
+            er[e] = er.get(e, 0) + count
         return slots
 
     def remove(self, slot: int) -> int:

@@ -238,7 +238,11 @@ class Table(TableBookkeeping):
             for it in items:
                 self.validate_priority(it[1])
             return
-        if any(map(math.isnan, map(_PRIORITY, items))):  # in C: no per-item Python
+        if len(items) == 1:  # a writer's single item: one comparison (NaN != NaN)
+            p = items[0][1]
+            if p != p:
+                self.validate_priority(p)
+        elif any(map(math.isnan, map(_PRIORITY, items))):  # in C: no per-item Python
             for it in items:
                 self.validate_priority(it[1])
 

@@ -141,6 +141,8 @@ class CellRef:
 
 
 _new_ref = object.__new__
+#: ``ColumnChunker._n`` when no chunk is being filled: more rows than any chunk has.
+_NO_ROOM = 1 << 62
 
 
 class ColumnChunker:
@@ -159,7 +161,9 @@ class ColumnChunker:
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
         self.dtype: np.dtype | None = None
-        self._numeric = False  # the column holds no strings (values need no conversion)
+        #: The column's dtype when its values need no conversion (not strings), else None:
+        #: what a value's dtype is compared with, by identity, on the fast path.
+        self._fast_dtype: np.dtype | None = None
         self._object_scalar = False
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
@@ -171,7 +175,7 @@ class ColumnChunker:
         self._block_code: int | None = None  # the block's code (ostinato.core.locations)
         self._chunk_start: int | None = None  # first row in the block of the chunk being filled
         self._chunk: Chunk | None = None
-        self._n = 0
+        self._n = _NO_ROOM  # rows of the chunk being filled (_NO_ROOM: none is)
         self._episode: int | None = None
         self._last_step = -1
         self._live: deque[CellRef] = deque()
@@ -238,12 +242,12 @@ class ColumnChunker:
                 chunk.nbytes = data.nbytes
         self._chunk = None
         self._buf = None
-        self._n = 0
-        self._episode = None  # forces the slow path (a new chunk) on the next append
+        self._n = _NO_ROOM  # the next append takes the slow path, which starts a chunk
+        self._episode = None
 
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
-        self._numeric = arr.dtype.kind != "O"
+        self._fast_dtype = arr.dtype if arr.dtype.kind != "O" else None
         self.shape = arr.shape
         self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
@@ -257,24 +261,17 @@ class ColumnChunker:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
         # Fast path: an array or numpy scalar whose dtype is the column's, by identity (numpy
         # shares one dtype object per built-in type), of a column that is not of strings (those
-        # are converted by to_array).
-        if type(value) in _FAST_TYPES and value.dtype is self.dtype and self._numeric:
+        # are converted by to_array), with room in the chunk being filled. A chunk is closed at
+        # the end of an episode, so the chunk being filled is always of this episode.
+        if (
+            type(value) in _FAST_TYPES
+            and value.dtype is self._fast_dtype
+            and value.shape == self.shape
+            and self._n < self._rows
+        ):
             arr = value
-            if arr.shape != self.shape or self._n >= self._rows or self._episode != episode_id:
-                self._slow_path(arr, episode_id)
         else:
-            arr = (
-                value
-                if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
-                else to_array(value, self.path)
-            )
-            if (
-                arr.dtype != self.dtype
-                or arr.shape != self.shape
-                or self._n >= self._rows
-                or self._episode != episode_id
-            ):
-                self._slow_path(arr, episode_id)
+            arr = self._slow_path(value, episode_id)
         n = self._n
         if self._object_scalar:
             self._buf[n, ...] = arr  # type: ignore[index]  # stores the bytes, not the 0-d array
@@ -293,8 +290,14 @@ class ColumnChunker:
         live.append(ref)
         return ref
 
-    def _slow_path(self, arr: np.ndarray, episode_id: int) -> None:
-        """First value, a dtype/shape error, a full chunk or a new episode."""
+    def _slow_path(self, value: Any, episode_id: int) -> np.ndarray:
+        """The value as stored (strings converted), once the column has room for it: the first
+        value, a dtype/shape error, a column of strings, a full chunk or a new episode."""
+        arr = (
+            value
+            if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
+            else to_array(value, self.path)
+        )
         if self.dtype is None:
             if arr.dtype.kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
                 to_array(arr, self.path)  # raises, naming the column and dtype
@@ -303,6 +306,7 @@ class ColumnChunker:
             raise self._spec_error(np.asarray(arr))
         if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
             self._start_chunk(episode_id)
+        return arr
 
     def live_chunk_keys(self) -> set[int]:
         """Keys of the chunks holding the values whose refs are still live."""

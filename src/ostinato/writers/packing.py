@@ -15,6 +15,7 @@ from typing import Any
 from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.columns import TrajectoryColumn
+from ostinato.writers.item_validation import trajectory_columns
 
 _SQ_CACHE = items_lib.SQUEEZE_CACHE
 
@@ -110,3 +111,48 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
         raise ValueError("trajectory must not be empty.")
     sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
     return (tuple(packed) if flat else _repack(packed)), sq
+
+
+def pack_trajectory(
+    trajectory: Any, key_cache: dict[tuple[Any, ...], list[Any]]
+) -> tuple[list[TrajectoryColumn], items_lib.Packed, tuple[bool, ...]]:
+    """``create_item``'s trajectory, as its columns (:func:`trajectory_columns`), packed
+    trajectory and squeeze flags (:func:`pack_columns`).
+
+    A flat dict of the keys seen before whose columns are each one step or consecutive steps
+    of one chunk -- nearly every item -- is taken apart and packed in one loop; anything else
+    goes through the two functions, which check everything and name what is wrong.
+    """
+    if type(trajectory) is dict:
+        order = key_cache.get(tuple(trajectory))
+        if order is not None:
+            cols = [trajectory[k] for k in order]
+            packed: list[Any] = []
+            squeeze = []
+            for c in cols:
+                if type(c) is not TrajectoryColumn:
+                    break
+                refs = c._refs
+                squeeze.append(c._squeeze)
+                if len(refs) == 1:
+                    r = refs[0]
+                    if r.expired:
+                        break
+                    packed += (r.chunk, r.offset, 1)
+                elif c._run and refs:
+                    first, last = refs[0], refs[-1]
+                    if (
+                        last.chunk is not first.chunk
+                        or last.offset - first.offset != len(refs) - 1
+                        or first.expired
+                    ):
+                        break
+                    packed += (first.chunk, first.offset, len(refs))
+                else:
+                    break
+            else:
+                sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
+                return cols, tuple(packed), sq
+    cols = trajectory_columns(trajectory, key_cache)
+    packed_, sq = pack_columns(cols)
+    return cols, packed_, sq

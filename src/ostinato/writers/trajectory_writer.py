@@ -18,8 +18,8 @@ from ostinato.core.keys import new_key
 from ostinato.validate import positive_int
 from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
-from ostinato.writers.item_validation import ItemValidator, trajectory_columns
-from ostinato.writers.packing import pack_columns
+from ostinato.writers.item_validation import ItemValidator
+from ostinato.writers.packing import pack_trajectory
 from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
@@ -30,6 +30,24 @@ _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, *NUMPY_REAL_SCALARS})
 
 
 _NEVER = Deadline.never()
+
+
+class _CachedHistory:
+    """``TrajectoryWriter.history``: built on first read, then kept in the writer's
+    ``__dict__``, which Python looks in before this (non-data) descriptor -- user code reads
+    ``w.history`` for every column of every item, so a property's call per read is avoided.
+    The writer drops the kept value when its columns change."""
+
+    def __init__(self, build: Any):
+        self._build = build
+        self.__doc__ = build.__doc__
+
+    def __get__(self, writer: Any, owner: Any = None) -> Any:
+        if writer is None:
+            return self
+        value = self._build(writer)
+        writer.__dict__["history"] = value
+        return value
 
 
 class _Column:
@@ -86,9 +104,11 @@ class TrajectoryWriter(StreamWriter):
         self._path_to_column: dict[tuple[Any, ...], _Column] = {}
         self._path_config: dict[tuple[Any, ...], tuple[int, int | None]] = {}
         self._structure: Any = None
-        self._history_cache: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
+        #: Dict keys of whole steps that name every column -> per value, its column's
+        #: ``(chunker.append, history.append)``; emptied when a column is added.
+        self._whole_steps: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
         self._traj_key_cache: dict[tuple[Any, ...], list[Any]] = {}
         self._episode_id = new_key()
         self._episode_steps = 0
@@ -119,6 +139,7 @@ class TrajectoryWriter(StreamWriter):
         steps_so_far = len(self._columns[0].history) if self._columns else 0
         hist = ColumnHistory(path, self.max_num_keep_alive_refs, history_padding=steps_so_far)
         col = _Column(len(self._columns), path, ColumnChunker(path, keep, chunk_len), hist)
+        self._whole_steps.clear()  # their steps would not name the new column
         self._columns.append(col)
         self._path_to_column[path] = col
         return col
@@ -134,22 +155,20 @@ class TrajectoryWriter(StreamWriter):
             cols.append(col)
         skeleton = optree.tree_map(lambda _: 0, data, none_is_leaf=True)
         self._structure = _union(self._structure, skeleton)
-        self._history_cache = None
+        self.__dict__.pop("history", None)  # built again, with the new columns, when next read
         self._spec_cache[treespec] = cols
         return cols
 
-    @property
+    @_CachedHistory
     def history(self) -> Any:
         """The step structure with each leaf replaced by its :class:`ColumnHistory`."""
         if self._structure is None:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
             )
-        if self._history_cache is None:
-            paths, _, spec = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
-            leaves = [self._path_to_column[tuple(p)].history for p in paths]
-            self._history_cache = optree.tree_unflatten(spec, leaves)
-        return self._history_cache
+        paths, _, spec = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
+        leaves = [self._path_to_column[tuple(p)].history for p in paths]
+        return optree.tree_unflatten(spec, leaves)
 
     # -- append ------------------------------------------------------------------------------------
     def append(self, data: Any, *, partial_step: bool = False) -> None:
@@ -164,6 +183,21 @@ class TrajectoryWriter(StreamWriter):
         """
         if self._closed:
             self._check_usable()
+        if type(data) is dict and not (partial_step or self._step_open):
+            # Fastest path: a whole step, a flat dict of the keys seen before that names every
+            # column, all its values arrays or scalars.
+            calls = self._whole_steps.get(tuple(data))
+            if calls is not None:
+                for v in data.values():
+                    if type(v) not in _LEAF_TYPES:
+                        break
+                else:
+                    step = self._episode_steps
+                    episode = self._episode_id
+                    for value, (store, record) in zip(data.values(), calls):
+                        record(store(value, episode, step))
+                    self._episode_steps = step + 1
+                    return
         cols = None
         if type(data) is dict:
             # Fast path: a flat dict whose values are all arrays or scalars.
@@ -186,9 +220,12 @@ class TrajectoryWriter(StreamWriter):
                 and all(type(v) in _LEAF_TYPES for v in data.values())
             ):
                 order = {k: i for i, k in enumerate(sorted(data))}
-                self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
+                cols = self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
                 leaves = list(data.values())
-                cols = self._dict_cache[tuple(data)]
+                if len(cols) == len(self._columns):
+                    self._whole_steps[tuple(data)] = [
+                        (c.chunker.append, c.history.append) for c in cols
+                    ]
         step = self._episode_steps
         episode = self._episode_id
         if self._step_open:
@@ -255,8 +292,7 @@ class TrajectoryWriter(StreamWriter):
         priority = float(priority)
         if priority != priority:
             raise ValueError("`priority` must not be nan.")
-        cols = trajectory_columns(trajectory, self._traj_key_cache)
-        packed, sq = pack_columns(cols)
+        cols, packed, sq = pack_trajectory(trajectory, self._traj_key_cache)
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
     def _create_packed(
