@@ -1,9 +1,10 @@
 """A batch of items inserted at once leaves a table exactly as inserting them one by one does.
 
 ``Table.try_insert_many`` takes a whole batch in one step when the rate limiter admits all of
-it, the keys are new and the table stays within ``max_size`` (what a
-``VectorTrajectoryWriter``'s ``create_items`` hands it). Every other case goes item by item;
-both must give the same slots, sampling, eviction order, statistics and chunk references.
+it, the keys are new and the table stays within ``max_size`` or is full with a Fifo remover
+(what a writer's held items or a ``VectorTrajectoryWriter``'s ``create_items`` hand it). Every
+other case goes item by item; both must give the same slots, sampling, eviction order,
+statistics and chunk references.
 """
 
 from __future__ import annotations
@@ -144,3 +145,27 @@ def test_new_keys_are_64_bit_and_distinct():
     assert all(type(k) is int and 0 <= k < 2**64 - 1 for k in keys)
     assert max(keys) > 2**63  # the whole range is drawn
     assert new_keys(0) == []
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized", "fifo"])
+def test_a_full_fifo_table_takes_a_batch_at_once(sampler):
+    """A full table with a Fifo remover (a replay buffer's steady state) takes a batch in one
+    step, evicting its oldest items, and ends as one-by-one inserts would."""
+    one, many = _table(sampler, "fifo", 20, 0), _table(sampler, "fifo", 20, 0)
+
+    # Chunks of their own per item: no episode is shared between old and new items.
+    def items(first: int, n: int) -> list[tuple]:
+        return [
+            (k, 1.0 + k % 3, (Chunk(k, np.zeros((1, 2), np.float32), episode_id=k), 0, 1), (True,))
+            for k in range(first, first + n)
+        ]
+
+    for t in (one, many):
+        assert t.try_insert_many(items(1, 20)) == 20
+    for it in items(100, 8):
+        assert one.try_insert_many([it]) == 1
+    with many._lock:
+        assert many._insert_batch_locked(items(100, 8), False)
+    assert _state(one) == _state(many)
+    assert sorted(many._slots.key_to_slot) == list(range(9, 21)) + list(range(100, 108))
+    assert many._slots.num_deleted_episodes == 8

@@ -213,6 +213,20 @@ class ChunkStore:
                 elif c.refs < 0:  # pragma: no cover - would be a bug in the table
                     raise AssertionError(f"chunk {c.key} released more often than acquired")
 
+    def release_many(self, chunks: Sequence[Chunk], counts: Sequence[int]) -> None:
+        """Drops ``counts[i]`` references from ``chunks[i]`` (as :meth:`release` would, one by
+        one); unreferenced chunks leave the store."""
+        with self._lock:
+            d = self._chunks
+            for c, m in zip(chunks, counts):
+                c.refs -= m
+                if c.refs == 0:
+                    d.pop(id(c), None)
+                    c._store = None
+                    self._bytes -= c._counted
+                elif c.refs < 0:  # pragma: no cover - would be a bug in the table
+                    raise AssertionError(f"chunk {c.key} released more often than acquired")
+
     def get(self, key: int) -> Chunk | None:
         """A live chunk with this key (the newest, if a key names several)."""
         with self._lock:

@@ -114,8 +114,27 @@ class _Ordered(ItemSelector):
             self._tail = p
         self._n -= 1
 
+    def insert_replacing(
+        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+    ) -> None:
+        # The list ends the same whether each victim is unlinked right after an insert or
+        # all of them first: a victim is never one of the slots inserted after it.
+        for v in victims:
+            self.delete(v)
+        self.insert_many(slots, priorities)
+
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         return (self._tail if self._newest_first else self._head), 1.0
+
+    def oldest(self, k: int) -> list[int]:
+        """The ``k`` oldest slots, oldest first (at most as many as there are)."""
+        out: list[int] = []
+        s = self._head
+        nxt = self._next
+        while s >= 0 and len(out) < k:
+            out.append(s)
+            s = nxt[s]
+        return out
 
     def ordered_slots(self) -> list[int]:
         """Slots from oldest to newest."""

@@ -73,6 +73,18 @@ class ItemSelector:
     def delete(self, slot: int) -> None:
         raise NotImplementedError
 
+    def insert_replacing(
+        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+    ) -> None:
+        """A full table taking a batch: as :meth:`insert` of each of ``slots`` in turn, where
+        each of the last ``len(victims)`` inserts is followed by :meth:`delete` of the next
+        victim (present items, distinct, none of them among the slots still to come)."""
+        a = len(slots) - len(victims)
+        for i, (s, p) in enumerate(zip(slots, priorities)):
+            self.insert(s, p)
+            if i >= a:
+                self.delete(victims[i - a])
+
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         raise NotImplementedError
 

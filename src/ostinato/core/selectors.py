@@ -92,6 +92,27 @@ class Uniform(ItemSelector):
             pos[last] = i
         pos[slot] = -1
 
+    def insert_replacing(
+        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+    ) -> None:
+        # An insert then a delete puts the new slot where the victim was (the delete moves
+        # the last slot, the one just inserted, into the victim's place); the victims are
+        # items from before the batch, which nothing else in the batch moves.
+        a = len(slots) - len(victims)
+        if a:
+            self.insert_many(slots[:a], priorities[:a])
+        new = slots[a:]
+        pos = self._pos
+        top = max(new)
+        if top >= len(pos):
+            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+        dense = self._dense
+        for s, v in zip(new, victims):
+            i = pos[v]
+            dense[i] = s
+            pos[v] = -1
+            pos[s] = i
+
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         n = len(self._dense)
         return self._dense[int(rng.integers(n))], 1.0 / n
@@ -211,6 +232,18 @@ class Prioritized(ItemSelector):
     def delete(self, slot: int) -> None:
         self._tree.set(slot, 0.0)
         self._uniform.delete(slot)
+
+    def insert_replacing(
+        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+    ) -> None:
+        # The tree's leaves end as the last set left them (the victims at 0 unless a later
+        # insert reused the slot); ancestors are recomputed exactly, whatever the order.
+        w = self._weights(np.array(priorities, dtype=np.float64))
+        self._tree.set_many(
+            np.array(victims + slots, dtype=np.int64),
+            np.concatenate((np.zeros(len(victims)), w)),
+        )
+        self._uniform.insert_replacing(slots, priorities, victims)
 
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         total = self._tree.total

@@ -149,20 +149,57 @@ class Slots:
         priorities: Sequence[float],
         trajs: Sequence[items_lib.Packed],
         squeezes: Sequence[tuple[bool, ...]],
-    ) -> list[int]:
+        victims: Sequence[int] = (),
+    ) -> list[int] | None:
         """Stores new items (their keys distinct and unused) as :meth:`add` in turn would (the
         same slots, sequence numbers and references), with the per-item work in C-level maps;
-        returns their slots."""
+        returns their slots.
+
+        ``victims``: items of a full table to evict, each after one of the last
+        ``len(victims)`` adds, as :meth:`remove` would then (their slots are reused as they
+        would be). Returns None, having changed nothing, when that order cannot be kept in a
+        batch: an episode that only victims refer to, and new items too, would be counted as
+        deleted in between.
+        """
         n = len(keys)
+        k = len(victims)
+        # References of the new items per distinct chunk (a writer's items share chunks).
+        per_chunk: dict[Chunk, int] = {}
+        flat = set(map(type, map(_FIRST, trajs))) == _FLAT  # every item one slice per column
+        _count_elements(
+            per_chunk, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
+        )
+        er = self.episode_refs
+        if k:
+            gone_chunks: dict[Chunk, int] = {}
+            _count_elements(
+                gone_chunks,
+                chain.from_iterable(map(items_lib.chunk_refs, map(self.traj.__getitem__, victims))),
+            )
+            gone_episodes: dict[int, int] = {}
+            for chunk, count in gone_chunks.items():
+                e = chunk.episode_id
+                gone_episodes[e] = gone_episodes.get(e, 0) + count
+            if any(er[e] == c for e, c in gone_episodes.items()):
+                new_episodes = {c.episode_id for c in per_chunk}
+                if any(er[e] == c and e in new_episodes for e, c in gone_episodes.items()):
+                    return None
         free = self.free
         slots: list[int] = []
-        while len(slots) < n:  # the slots (and growth) that pop() in turn would give
+        # Slots from the free list: every add's, up to the first one followed by an eviction.
+        take = n - k + 1 if k else n
+        while len(slots) < take:  # the slots (and growth) that pop() in turn would give
             if not free:
                 self._grow()
                 free = self.free
-            k = min(n - len(slots), len(free))
-            slots += free[len(free) - k :][::-1]
-            del free[len(free) - k :]
+            m = min(take - len(slots), len(free))
+            slots += free[len(free) - m :][::-1]
+            del free[len(free) - m :]
+        if k:
+            # Each eviction frees the slot the next add takes; the last one stays free.
+            slots += victims[:-1]
+            self._forget(victims)
+            free.append(victims[-1])
         idx = np.array(slots, dtype=np.int64)
         self.keys[idx] = keys
         self.priorities[idx] = priorities
@@ -174,24 +211,41 @@ class Slots:
         _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.key_to_slot.update(zip(keys, slots))
         loc = self.locations
-        # References per distinct chunk (a writer's items share chunks), counted in C.
-        per_chunk: dict[Chunk, int] = {}
-        if set(map(type, map(_FIRST, trajs))) == _FLAT:  # every item one slice per column
-            _count_elements(per_chunk, chain.from_iterable(map(_CHUNKS, trajs)))
-            if set(map(len, trajs)) == {loc.flat_len}:
-                loc.add_flat_many(loc.array, (idx * loc.stride_bytes).tolist(), trajs)
-            else:
-                _consume(map(loc.add, slots, trajs))
+        if flat and set(map(len, trajs)) == {loc.flat_len}:
+            loc.add_flat_many(loc.array, (idx * loc.stride_bytes).tolist(), trajs)
         else:
-            _count_elements(per_chunk, chain.from_iterable(map(items_lib.chunk_refs, trajs)))
             _consume(map(loc.add, slots, trajs))
         counts = list(per_chunk.values())
         self.store.acquire_many(list(per_chunk), counts)
-        er = self.episode_refs
         for chunk, count in zip(per_chunk, counts):  # a few distinct chunks, not every ref
             e = chunk.episode_id
             er[e] = er.get(e, 0) + count
+        if k:  # released after the new items' references: a shared chunk stays stored
+            self.store.release_many(list(gone_chunks), list(gone_chunks.values()))
+            for e, c in gone_episodes.items():
+                v = er[e] - c
+                if v:
+                    er[e] = v
+                else:
+                    del er[e]
+                    self.num_deleted_episodes += 1
         return slots
+
+    def _forget(self, slots: Sequence[int]) -> None:
+        """:meth:`remove` of each of ``slots`` but for their chunk and episode references and
+        the free list (the caller's)."""
+        keys = list(map(self.a_keys.__getitem__, slots))
+        _consume(map(self.key_to_slot.__delitem__, keys))
+        if self.recent or self.recent_old:
+            for key in keys:
+                self.recent.pop(key, None)
+                self.recent_old.pop(key, None)
+        _consume(map(self.locations.remove, slots))
+        traj = self.traj
+        squeeze = self.squeeze
+        for s in slots:
+            traj[s] = None
+            squeeze[s] = None
 
     def remove(self, slot: int) -> int:
         """Drops the item in ``slot`` and its chunk references; returns its key."""

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ostinato.core import items as items_lib
+from ostinato.core.ordered_selectors import Fifo
 from ostinato.core.table_contents import TableContents
 
 
@@ -62,19 +63,46 @@ class TableBookkeeping(TableContents):
     def _insert_batch_locked(self, items: Sequence[Any], assign: bool) -> bool:
         """Inserts several items at once, as :meth:`_insert_locked` in turn would, when that
         needs no per-item decision: the rate limiter admits all of them, no key is re-assigned
-        (``assign`` is False), the keys are new and distinct, and the table will not go over
-        ``max_size``. Returns False (nothing done) otherwise. Caller holds the lock."""
+        (``assign`` is False), the keys are new and distinct, and the table either stays within
+        ``max_size`` or is full with a Fifo remover (each insert past ``max_size`` evicts the
+        oldest item from before the batch). Returns False (nothing done) otherwise. Caller
+        holds the lock."""
         slots = self._slots
         k2s = slots.key_to_slot
         n = len(items)
-        if n < 2 or assign or len(k2s) + n > self._max_size or not self._limiter.can_insert(n):
+        if n < 2 or assign or not self._limiter.can_insert(n):
+            return False
+        size = len(k2s)
+        evict = size + n - self._max_size
+        if evict > 0 and (
+            type(self._remover) is not Fifo
+            or n > self._max_size  # a new item would be evicted
+            or size > self._max_size
+            or self._hooks is not None  # they see inserts and deletes interleaved
+        ):
             return False
         keys, prios, trajs, sqs = zip(*items)
         if not k2s.keys().isdisjoint(keys) or len(set(keys)) != n:
             return False
-        new = slots.add_many(keys, prios, trajs, sqs)
-        self._sampler.insert_many(new, prios)
-        self._remover.insert_many(new, prios)
+        if evict <= 0:
+            new = slots.add_many(keys, prios, trajs, sqs)
+            assert new is not None
+            self._sampler.insert_many(new, prios)
+            self._remover.insert_many(new, prios)
+        else:
+            victims = self._remover.oldest(evict)  # type: ignore[attr-defined]  # a Fifo
+            if self._max_times_sampled:  # before the slots are reused
+                times = slots.a_times
+                left = sum(self._max_times_sampled - times[v] for v in victims)
+            evicting = slots.add_many(keys, prios, trajs, sqs, victims)
+            if evicting is None:
+                return False
+            new = evicting
+            self._sampler.insert_replacing(new, prios, victims)
+            self._remover.insert_replacing(new, prios, victims)
+            if self._max_times_sampled:
+                self._remaining_samples -= left
+            self._limiter.delete(evict)
         if self._max_times_sampled:
             self._remaining_samples += self._max_times_sampled * n
         if self._hooks is not None:
