@@ -40,7 +40,7 @@ QUICK = {
     "dataset": ["--items", "5000", "--batches", "20"],
 }
 DEFAULT_WORKLOADS = {
-    "core": "W1,W1t,W2,W4,W4f,W4b,W5,W5b",
+    "core": "W1,W1t,W1F,W2,W4,W4f,W4b,W5,W5b",
     "net": "W1,W1t,W2,W3,W4,W4f,W4b,W5,W5b,W6",
 }
 

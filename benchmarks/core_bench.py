@@ -9,6 +9,7 @@ Each workload gets its own ``reverb.Server(tables=[...])`` in this process and
 and benchmarks/README.md):
 
     W1     insert_small, item history[c][-1] (squeezed)           W1t  same, history[c][-1:]
+    W1F    W1 into a full table (max_size = steps / 4, filled first): every item evicts one
     W2     insert_sequences, 3 columns, items history[c][-10:]
     W4     client.sample(table, num_samples=256), emit_timesteps=True (default), W1t items
     W4f    same with emit_timesteps=False on W1 items           W4x2 / W4fx2: 2 sampler threads
@@ -42,6 +43,7 @@ from harness import Target
 DEFAULT = [
     "W1",
     "W1t",
+    "W1F",
     "W2",
     "W4",
     "W4f",
@@ -60,6 +62,7 @@ SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
     "W1": Target("ratio", 6.0),  # issue 25
     "W1t": Target("ratio", 5.0),
+    "W1F": Target("ratio", 6.0),  # W1's target, in a replay buffer's steady state
     "W2": Target("ratio", 6.0),  # issue 25
     **{w: SAMPLE_TARGET for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b", "W5", "W5b")},
     "W9": Target("ratio", 20.0),

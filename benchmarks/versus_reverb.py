@@ -46,7 +46,7 @@ import servers  # noqa: E402
 import workloads as wl  # noqa: E402
 
 BENCHES = {
-    "core": (core_bench.BENCH, "W1,W1t,W2,W4,W4f,W4b,W5,W5b"),
+    "core": (core_bench.BENCH, "W1,W1t,W1F,W2,W4,W4f,W4b,W5,W5b"),
     "net": (net_bench.BENCH, "W1,W1t,W2,W3,W4,W4f,W4b,W5,W5b,W6"),
 }
 MODES = ("unpinned", "pinned")

@@ -245,13 +245,28 @@ def fill_obs_sequences(client, table: str, n: int, seed: int, seq: int = SEQ) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _insert(ctx, wid: str, steps: list[dict], write, keep: int, data_bytes: int) -> list:
-    """One server, a fresh table per repeat; times append + create_item + the final flush()."""
-    specs = [table_spec("uniform", f"{wid.lower()}_{r}") for r in range(ctx.repeat)]
+def _insert(
+    ctx,
+    wid: str,
+    steps: list[dict],
+    write,
+    keep: int,
+    data_bytes: int,
+    max_size: int = TABLE_MAX_SIZE,
+) -> list:
+    """One server, a fresh table per repeat; times append + create_item + the final flush().
+
+    With ``max_size`` below the number of items, each table is first filled to ``max_size``
+    (untimed, the same steps): the timed items then each evict the oldest (a full replay
+    buffer, its steady state)."""
+    specs = [table_spec("uniform", f"{wid.lower()}_{r}", max_size) for r in range(ctx.repeat)]
     runs = []
     with ctx.serve(specs) as dep:
         client = dep.client()
         for r, spec in enumerate(specs):
+            if max_size < len(steps):
+                with client.trajectory_writer(num_keep_alive_refs=keep) as w:
+                    write(w, spec["name"], steps[:max_size])
             gc.collect()
             with client.trajectory_writer(num_keep_alive_refs=keep) as w:
                 t0 = time.perf_counter()
@@ -280,6 +295,19 @@ def run_w1(ctx, trajectory: bool = False) -> dict:
             "num_keep_alive_refs": 1,
             "item": "history[c][-1:]" if trajectory else "history[c][-1]",
         },
+    }
+
+
+def run_w1_full(ctx) -> dict:
+    """W1F: W1 into a full table (``max_size`` a quarter of the steps, Uniform/Fifo, filled
+    first): every item evicts the oldest, as in a replay buffer once it has filled."""
+    steps = w1_steps(ctx.sizes.w1_steps, seed=1)
+    size = len(steps) // 4
+    runs = _insert(ctx, "W1F", steps, write_w1, 1, len(steps) * W1_DATA_BYTES, max_size=size)
+    return {
+        "unit": "items/s",
+        "values": [n / dt for n, dt in runs],
+        "params": {"steps": len(steps), "max_size": size, "item": "history[c][-1]"},
     }
 
 
@@ -787,6 +815,7 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     "W1": Workload("insert_small `[-1]`", run_w1),
     "W1t": Workload("insert_small `[-1:]`", lambda ctx: run_w1(ctx, trajectory=True)),
+    "W1F": Workload("insert_small `[-1]` into a full table (each item evicts)", run_w1_full),
     "W2": Workload("insert_sequences, 3 columns", run_w2),
     "W3": Workload("insert_large uint8[84,84,4]", run_w3),
     "W4": Workload("sample_uniform, timesteps", run_w4),
