@@ -122,7 +122,7 @@ class ColumnHistory:
     Reverb, ``h[len(h)]`` raises ``IndexError`` and ``h[i:len(h)]`` is not empty).
     """
 
-    __slots__ = ("_path", "_buf", "_offset", "_size")
+    __slots__ = ("_path", "_buf", "_offset", "_size", "_holes")
 
     def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
         self._path = path
@@ -132,10 +132,15 @@ class ColumnHistory:
         for _ in range(min(history_padding, buffer_size)):
             self._buf.append(None)
         self._offset = history_padding - len(self._buf)
+        #: False while no step of the buffer is None (since the last reset): slices need not
+        #: look for one.
+        self._holes = bool(self._buf)
 
     def append(self, ref: CellRef | None) -> None:
         if len(self._buf) == self._size:
             self._offset += 1
+        if ref is None:
+            self._holes = True
         self._buf.append(ref)
 
     def can_set_last(self) -> bool:
@@ -151,6 +156,7 @@ class ColumnHistory:
     def reset(self) -> None:
         self._buf.clear()
         self._offset = 0
+        self._holes = False
 
     def resize(self, buffer_size: int) -> None:
         if buffer_size == self._size:
@@ -196,8 +202,8 @@ class ColumnHistory:
             k = -index.start
             n = len(buf)
             if k <= n:
-                refs = tuple(itertools.islice(buf, n - k, None))
-                if None not in refs:
+                refs = tuple(buf) if k == n else tuple(itertools.islice(buf, n - k, None))
+                if not self._holes or None not in refs:
                     return _run_column(refs, False, self._path)
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
