@@ -71,7 +71,26 @@ class _Ordered(ItemSelector):
         self._tail = int(slots[-1])
         self._n += k
 
-    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+    def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
+        if type(slots) is range and len(slots) > 1:  # consecutive slots: C-level copies
+            prev, nxt = self._prev, self._next
+            first, last = slots[0], slots[-1]
+            if last >= len(prev):
+                grow = _MINUS_ONES * ((last + 1 - len(prev)) // len(_MINUS_ONES) + 1)
+                prev.extend(grow)
+                nxt.extend(grow)
+            prev[first + 1 : last + 1] = array.array("q", range(first, last))
+            nxt[first:last] = array.array("q", range(first + 1, last + 1))
+            tail = self._tail
+            prev[first] = tail
+            nxt[last] = -1
+            if tail >= 0:
+                nxt[tail] = first
+            else:
+                self._head = first
+            self._tail = last
+            self._n += len(slots)
+            return
         if len(slots) >= _VECTORISE_FROM:
             # The order alone places a slot here: the priorities are not read.
             self.bulk_insert(np.array(slots, dtype=np.int64), _UNREAD)
@@ -115,7 +134,7 @@ class _Ordered(ItemSelector):
         self._n -= 1
 
     def insert_replacing(
-        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+        self, slots: Sequence[int], priorities: Sequence[float], victims: Sequence[int]
     ) -> None:
         # The list ends the same whether each victim is unlinked right after an insert or
         # all of them first: a victim is never one of the slots inserted after it.

@@ -56,7 +56,7 @@ class ItemSelector:
         for s, p in zip(slots.tolist(), priorities.tolist()):
             self.update(s, p)
 
-    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+    def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
         """Inserts new (distinct, absent) slots in the given order, as :meth:`insert` in turn
         would, with work proportional to the batch (a table taking a small batch of items;
         unlike :meth:`bulk_insert`, which may rebuild the selector)."""
@@ -74,7 +74,7 @@ class ItemSelector:
         raise NotImplementedError
 
     def insert_replacing(
-        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+        self, slots: Sequence[int], priorities: Sequence[float], victims: Sequence[int]
     ) -> None:
         """A full table taking a batch: as :meth:`insert` of each of ``slots`` in turn, where
         each of the last ``len(victims)`` inserts is followed by :meth:`delete` of the next

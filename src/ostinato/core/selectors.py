@@ -63,7 +63,15 @@ class Uniform(ItemSelector):
         np.frombuffer(pos, dtype=np.int64)[slots] = np.arange(start, start + len(slots))
         self._dense.frombytes(slots.tobytes())
 
-    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+    def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
+        if type(slots) is range:  # consecutive slots: two C-level copies
+            pos = self._pos
+            if slots[-1] >= len(pos):
+                pos.extend(_MINUS_ONES * ((slots[-1] + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+            start = len(self._dense)
+            pos[slots.start : slots.stop] = array.array("q", range(start, start + len(slots)))
+            self._dense.extend(slots)
+            return
         if len(slots) >= _VECTORISE_FROM:
             # The order alone places a slot here: the priorities are not read.
             self.bulk_insert(np.array(slots, dtype=np.int64), _UNREAD)
@@ -93,7 +101,7 @@ class Uniform(ItemSelector):
         pos[slot] = -1
 
     def insert_replacing(
-        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+        self, slots: Sequence[int], priorities: Sequence[float], victims: Sequence[int]
     ) -> None:
         # An insert then a delete puts the new slot where the victim was (the delete moves
         # the last slot, the one just inserted, into the victim's place); the victims are
@@ -211,7 +219,7 @@ class Prioritized(ItemSelector):
         self._tree.set(slot, self._weight(priority))
         self._uniform.insert(slot, priority)
 
-    def insert_many(self, slots: list[int], priorities: Sequence[float]) -> None:
+    def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
         self._tree.set_many(
             np.array(slots, dtype=np.int64), self._weights(np.array(priorities, dtype=np.float64))
         )
@@ -234,13 +242,13 @@ class Prioritized(ItemSelector):
         self._uniform.delete(slot)
 
     def insert_replacing(
-        self, slots: list[int], priorities: Sequence[float], victims: list[int]
+        self, slots: Sequence[int], priorities: Sequence[float], victims: Sequence[int]
     ) -> None:
         # The tree's leaves end as the last set left them (the victims at 0 unless a later
         # insert reused the slot); ancestors are recomputed exactly, whatever the order.
         w = self._weights(np.array(priorities, dtype=np.float64))
         self._tree.set_many(
-            np.array(victims + slots, dtype=np.int64),
+            np.array([*victims, *slots], dtype=np.int64),
             np.concatenate((np.zeros(len(victims)), w)),
         )
         self._uniform.insert_replacing(slots, priorities, victims)

@@ -150,7 +150,7 @@ class Slots:
         trajs: Sequence[items_lib.Packed],
         squeezes: Sequence[tuple[bool, ...]],
         victims: Sequence[int] = (),
-    ) -> list[int] | None:
+    ) -> Sequence[int] | None:
         """Stores new items (their keys distinct and unused) as :meth:`add` in turn would (the
         same slots, sequence numbers and references), with the per-item work in C-level maps;
         returns their slots.
@@ -159,7 +159,7 @@ class Slots:
         ``len(victims)`` adds, as :meth:`remove` would then (their slots are reused as they
         would be). Returns None, having changed nothing, when that order cannot be kept in a
         batch: an episode that only victims refer to, and new items too, would be counted as
-        deleted in between.
+        deleted in between. The slots are returned as a ``range`` when they are consecutive.
         """
         n = len(keys)
         k = len(victims)
@@ -200,19 +200,35 @@ class Slots:
             slots += victims[:-1]
             self._forget(victims)
             free.append(victims[-1])
-        idx = np.array(slots, dtype=np.int64)
-        self.keys[idx] = keys
-        self.priorities[idx] = priorities
-        self.times_sampled[idx] = 0
+        first = slots[0]
+        run = range(first, first + n)
         seq = self.next_seq
-        self.sequence[idx] = np.arange(seq, seq + n, dtype=np.int64)
+        if slots[-1] == first + n - 1 and slots == list(run):
+            # Consecutive slots (a fresh table, or a full Fifo table between wrap-arounds):
+            # slices instead of an index per item, here and in the selectors (given the range).
+            where: Any = slice(first, first + n)
+            slots = run  # type: ignore[assignment]
+            self.traj[where] = trajs
+            self.squeeze[where] = squeezes
+        else:
+            where = np.array(slots, dtype=np.int64)
+            _consume(map(self.traj.__setitem__, slots, trajs))
+            _consume(map(self.squeeze.__setitem__, slots, squeezes))
+        self.keys[where] = keys
+        self.priorities[where] = priorities
+        self.times_sampled[where] = 0
+        self.sequence[where] = np.arange(seq, seq + n, dtype=np.int64)
         self.next_seq = seq + n
-        _consume(map(self.traj.__setitem__, slots, trajs))
-        _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.key_to_slot.update(zip(keys, slots))
         loc = self.locations
         if flat and set(map(len, trajs)) == {loc.flat_len}:
-            loc.add_flat_many(loc.array, (idx * loc.stride_bytes).tolist(), trajs)
+            stride = loc.stride_bytes
+            offsets = (
+                list(range(first * stride, (first + n) * stride, stride))
+                if type(where) is slice
+                else (where * stride).tolist()
+            )
+            loc.add_flat_many(loc.array, offsets, trajs)
         else:
             _consume(map(loc.add, slots, trajs))
         counts = list(per_chunk.values())
