@@ -41,7 +41,7 @@ QUICK = {
 }
 DEFAULT_WORKLOADS = {
     "core": "W1,W1t,W1F,W2,W4,W4f,W4b,W5,W5b",
-    "net": "W1,W1t,W2,W3,W4,W4f,W4b,W5,W5b,W6",
+    "net": "W1,W1t,W1F,W2,W3,W4,W4f,W4b,W5,W5b,W6",
 }
 
 

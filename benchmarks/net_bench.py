@@ -47,6 +47,7 @@ DEFAULT_PLOT = Path(__file__).resolve().parent / "scaling.png"
 DEFAULT = [
     "W1",
     "W1t",
+    "W1F",
     "W2",
     "W3",
     "W4",
@@ -65,6 +66,7 @@ SCALE_CLIENTS, SCALE_CLIENTS_QUICK = [1, 2, 4, 8], [1, 2]
 WORKER_TIMEOUT = 300
 TARGETS = {
     **{w: Target("ratio", 4.0) for w in ("W1", "W2")},  # issue 25
+    "W1F": Target("ratio", 4.0),  # W1's target, in a full table
     **{w: Target("ratio", 3.0) for w in ("W1t", "W3", "W6", "W6_samples")},
     **{w: Target("ratio", 15.0) for w in ("W4", "W4f", "W4x2", "W4fx2", "W4b")},
     **{w: Target("ratio", 10.0) for w in ("W5", "W5b")},
