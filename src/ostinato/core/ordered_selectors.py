@@ -28,91 +28,67 @@ class _Ordered(ItemSelector):
         self._tail = -1  # newest
         self._n = 0
 
-    def insert(self, slot: int, priority: float) -> None:
-        prev = self._prev
-        nxt = self._next
-        if slot >= len(prev):
-            grow = _MINUS_ONES * ((slot + 1 - len(prev)) // len(_MINUS_ONES) + 1)
-            prev.extend(grow)
-            nxt.extend(grow)
+    def _room(self, top: int) -> None:
+        """Grows the link arrays to hold slot ``top``."""
+        grow = _MINUS_ONES * ((top + 1 - len(self._prev)) // len(_MINUS_ONES) + 1)
+        self._prev.extend(grow)
+        self._next.extend(grow)
+
+    def _attach(self, first: int, last: int, k: int) -> None:
+        """Puts a run of ``k`` new slots, already linked to each other from ``first`` to
+        ``last``, after the newest."""
         tail = self._tail
-        prev[slot] = tail
-        nxt[slot] = -1
+        self._prev[first] = tail
+        self._next[last] = -1
         if tail >= 0:
-            nxt[tail] = slot
+            self._next[tail] = first
         else:
-            self._head = slot
-        self._tail = slot
-        self._n += 1
+            self._head = first
+        self._tail = last
+        self._n += k
+
+    def insert(self, slot: int, priority: float) -> None:
+        if slot >= len(self._prev):
+            self._room(slot)
+        self._attach(slot, slot, 1)
 
     def bulk_insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         slots = np.asarray(slots, dtype=np.int64).reshape(-1)
         k = len(slots)
         if not k:
             return
-        prev, nxt = self._prev, self._next
         top = int(slots.max())
-        if top >= len(prev):
-            grow = _MINUS_ONES * ((top + 1 - len(prev)) // len(_MINUS_ONES) + 1)
-            prev.extend(grow)
-            nxt.extend(grow)
-        tail = self._tail
-        p = np.frombuffer(prev, dtype=np.int64)
-        q = np.frombuffer(nxt, dtype=np.int64)
-        p[slots[0]] = tail
+        if top >= len(self._prev):
+            self._room(top)
+        p = np.frombuffer(self._prev, dtype=np.int64)
+        q = np.frombuffer(self._next, dtype=np.int64)
         p[slots[1:]] = slots[:-1]
         q[slots[:-1]] = slots[1:]
-        q[slots[-1]] = -1
         del p, q  # views pin the arrays' size
-        if tail >= 0:
-            nxt[tail] = int(slots[0])
-        else:
-            self._head = int(slots[0])
-        self._tail = int(slots[-1])
-        self._n += k
+        self._attach(int(slots[0]), int(slots[-1]), k)
 
     def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
-        if type(slots) is range and len(slots) > 1:  # consecutive slots: C-level copies
-            prev, nxt = self._prev, self._next
+        if type(slots) is range:  # consecutive slots: C-level copies
             first, last = slots[0], slots[-1]
-            if last >= len(prev):
-                grow = _MINUS_ONES * ((last + 1 - len(prev)) // len(_MINUS_ONES) + 1)
-                prev.extend(grow)
-                nxt.extend(grow)
-            prev[first + 1 : last + 1] = array.array("q", range(first, last))
-            nxt[first:last] = array.array("q", range(first + 1, last + 1))
-            tail = self._tail
-            prev[first] = tail
-            nxt[last] = -1
-            if tail >= 0:
-                nxt[tail] = first
-            else:
-                self._head = first
-            self._tail = last
-            self._n += len(slots)
+            if last >= len(self._prev):
+                self._room(last)
+            self._prev[first + 1 : last + 1] = array.array("q", range(first, last))
+            self._next[first:last] = array.array("q", range(first + 1, last + 1))
+            self._attach(first, last, len(slots))
             return
         if len(slots) >= _VECTORISE_FROM:
             # The order alone places a slot here: the priorities are not read.
             self.bulk_insert(np.array(slots, dtype=np.int64), _UNREAD)
             return
+        top = max(slots)
+        if top >= len(self._prev):
+            self._room(top)
         prev = self._prev
         nxt = self._next
-        top = max(slots)
-        if top >= len(prev):
-            grow = _MINUS_ONES * ((top + 1 - len(prev)) // len(_MINUS_ONES) + 1)
-            prev.extend(grow)
-            nxt.extend(grow)
-        tail = self._tail
-        for s in slots:
-            prev[s] = tail
-            if tail >= 0:
-                nxt[tail] = s
-            else:
-                self._head = s
-            tail = s
-        nxt[tail] = -1
-        self._tail = tail
-        self._n += len(slots)
+        for a, b in zip(slots, slots[1:]):
+            nxt[a] = b
+            prev[b] = a
+        self._attach(slots[0], slots[-1], len(slots))
 
     def update(self, slot: int, priority: float) -> None:
         pass
