@@ -16,8 +16,10 @@ For each workload this measures, in one process, µs per item of
     steps for W4), made from arrays already stacked; W5 adds the user's dict of new
     priorities.
 
-The ratio Ostinato / floor says how much of the time is Ostinato's own work. Run on a quiet
-machine; the figures are medians of ``--repeat`` runs::
+The ratio Ostinato / floor says how much of the time is Ostinato's own work. Each round times
+Ostinato and then the floor, back to back, so that both see the same machine speed; the
+table gives the medians of the rounds and the median of the per-round ratios (on a shared
+machine whose speed drifts, the ratio of two medians taken minutes apart is not reliable)::
 
     python benchmarks/floors.py --repeat 5
 """
@@ -78,13 +80,21 @@ def _least_insert(steps: list[dict], keep: int, items_per_step: float) -> None:
             table[i] = (i, keep)
 
 
-def _timed(fn, repeat: int) -> float:
-    runs = []
+def _once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _rounds(ours, floor_parts: list, repeat: int, n: int) -> tuple[float, float, float]:
+    """µs per item of Ostinato and of the floor (medians of ``repeat`` rounds, each timing
+    ``ours`` and then every function of ``floor_parts``), and the median per-round ratio."""
+    t_ours, t_floor = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+        t_ours.append(_once(ours))
+        t_floor.append(sum(_once(f) for f in floor_parts))
+    ratio = statistics.median(a / b for a, b in zip(t_ours, t_floor))
+    return statistics.median(t_ours) / n * 1e6, statistics.median(t_floor) / n * 1e6, ratio
 
 
 def _server():
@@ -99,7 +109,7 @@ def _server():
     return server, server.localhost_client()
 
 
-def insert_rows(repeat: int) -> list[tuple[str, float, float]]:
+def insert_rows(repeat: int) -> list[tuple[str, float, float, float]]:
     rows = []
     for wid, steps, write, keep, items in (
         ("W1", wl.w1_steps(N, 0), wl.write_w1, 1, N),
@@ -115,52 +125,28 @@ def insert_rows(repeat: int) -> list[tuple[str, float, float]]:
                 client.reset("t")
 
             ours()
-            t = _timed(ours, repeat)
+
+            def user(steps=steps, write=write):
+                write(_NullWriter(), "t", steps)
+
+            def least(steps=steps, keep=keep):
+                _least_insert(steps, keep, 1)
+
+            rows.append((wid, *_rounds(ours, [user, least], repeat, items)))
         finally:
             server.stop()
-        user = _timed(lambda steps=steps, write=write: write(_NullWriter(), "t", steps), repeat)
-        least = _timed(lambda steps=steps, keep=keep: _least_insert(steps, keep, 1), repeat)
-        rows.append((wid, t / items * 1e6, (user + least) / items * 1e6))
     return rows
 
 
-def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
-    rows = []
+def sample_rows(repeat: int) -> list[tuple[str, float, float, float]]:
     server, client = _server()
-    try:
-        with client.trajectory_writer(1) as w:
-            wl.write_w1t(w, "t", wl.w1_steps(100_000, 0))
-        calls = 80
-
-        def w4():
-            for _ in range(calls):
-                for _s in client.sample("t", BATCH):
-                    pass
-
-        def w4f():
-            for _ in range(calls):
-                for _s in client.sample("t", BATCH, emit_timesteps=False):
-                    pass
-
-        w4()
-        t4, t4f = _timed(w4, repeat), _timed(w4f, repeat)
-        rng = np.random.default_rng(0)
-
-        def w5():
-            for _ in range(calls):
-                keys = [s[0].info.key for s in client.sample("t", num_samples=BATCH)]
-                prios = rng.uniform(0.01, 10, BATCH)
-                client.mutate_priorities("t", updates={k: float(p) for k, p in zip(keys, prios)})
-
-        t5 = _timed(w5, repeat)
-    finally:
-        server.stop()
+    calls = 80
     # The floor: the objects handed back, from stacked columns (obs (n, 8), action, reward).
     obs = np.zeros((BATCH, 8), np.float32)
     act = np.zeros(BATCH, np.int32)
     rew = np.zeros(BATCH, np.float32)
     keys = list(range(BATCH))
-    rng = np.random.default_rng(0)
+    frng = np.random.default_rng(0)
 
     def objects(steps: bool, user_dict: bool = False):
         for _ in range(calls):
@@ -174,19 +160,40 @@ def sample_rows(repeat: int) -> list[tuple[str, float, float]]:
                 pass
             if user_dict:
                 ks = [s[0].info.key for s in out]
-                prios = rng.uniform(0.01, 10, BATCH)
+                prios = frng.uniform(0.01, 10, BATCH)
                 {k: float(p) for k, p in zip(ks, prios)}
 
-    f4 = _timed(lambda: objects(True), repeat)
-    f4f = _timed(lambda: objects(False), repeat)
-    f5 = _timed(lambda: objects(True, True), repeat)
     n = calls * BATCH
-    rows += [
-        ("W4", t4 / n * 1e6, f4 / n * 1e6),
-        ("W4f", t4f / n * 1e6, f4f / n * 1e6),
-        ("W5", t5 / n * 1e6, f5 / n * 1e6),
-    ]
-    return rows
+    try:
+        with client.trajectory_writer(1) as w:
+            wl.write_w1t(w, "t", wl.w1_steps(100_000, 0))
+
+        def w4():
+            for _ in range(calls):
+                for _s in client.sample("t", BATCH):
+                    pass
+
+        def w4f():
+            for _ in range(calls):
+                for _s in client.sample("t", BATCH, emit_timesteps=False):
+                    pass
+
+        rng = np.random.default_rng(0)
+
+        def w5():
+            for _ in range(calls):
+                keys = [s[0].info.key for s in client.sample("t", num_samples=BATCH)]
+                prios = rng.uniform(0.01, 10, BATCH)
+                client.mutate_priorities("t", updates={k: float(p) for k, p in zip(keys, prios)})
+
+        w4()
+        return [
+            ("W4", *_rounds(w4, [lambda: objects(True)], repeat, n)),
+            ("W4f", *_rounds(w4f, [lambda: objects(False)], repeat, n)),
+            ("W5", *_rounds(w5, [lambda: objects(True, True)], repeat, n)),
+        ]
+    finally:
+        server.stop()
 
 
 def main() -> None:
@@ -195,11 +202,12 @@ def main() -> None:
     args = ap.parse_args()
     rows = insert_rows(args.repeat) + sample_rows(args.repeat)
     print(
-        "| workload | Ostinato, µs per item | pure-Python floor, µs per item | Ostinato / floor |"
+        "| workload | Ostinato, µs per item | pure-Python floor, µs per item "
+        "| Ostinato / floor (median of the rounds' ratios) |"
     )
     print("|---|---:|---:|---:|")
-    for wid, ours, floor in rows:
-        print(f"| {wid} | {ours:.2f} | {floor:.2f} | {ours / floor:.1f}× |")
+    for wid, ours, floor, ratio in rows:
+        print(f"| {wid} | {ours:.2f} | {floor:.2f} | {ratio:.1f}× |")
 
 
 if __name__ == "__main__":
