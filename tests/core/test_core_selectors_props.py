@@ -146,6 +146,38 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
             for s, p in zip(chosen, prios):
                 self.model.insert(s, p)
 
+        @rule(offset=st.integers(0, 30), n=st.integers(1, 30), ps=st.data())
+        def insert_run(self, offset, n, ps):
+            """Consecutive new slots, given as a ``range`` (what a table's batch of items in
+            consecutive slots hands its selectors)."""
+            start = max(self.model.live, default=-1) + 1 + offset
+            prios = [ps.draw(priorities) for _ in range(n)]
+            self.sel.insert_many(range(start, start + n), prios)
+            for s, p in zip(range(start, start + n), prios):
+                self.model.insert(s, p)
+
+        @precondition(lambda self: self.model.live)
+        @rule(data=st.data(), extra=st.integers(0, 4), as_range=st.booleans())
+        def insert_replacing(self, data, extra, as_range):
+            """A full table's batch: each of the last ``len(victims)`` inserts is followed by
+            the delete of the next victim, whose slot the insert after it reuses."""
+            live = sorted(self.model.live)
+            victims = data.draw(
+                st.lists(st.sampled_from(live), min_size=1, max_size=min(6, len(live)), unique=True)
+            )
+            top = max(self.model.live) + 1
+            fresh = list(range(top, top + extra + 1))
+            slots: list[int] | range = fresh + victims[:-1]
+            if as_range and len(victims) == 1:
+                slots = range(top, top + extra + 1)
+            prios = [data.draw(priorities) for _ in slots]
+            self.sel.insert_replacing(slots, prios, victims)
+            a = len(slots) - len(victims)
+            for i, (s, p) in enumerate(zip(slots, prios)):
+                self.model.insert(s, p)
+                if i >= a:
+                    self.model.delete(victims[i - a])
+
         @precondition(lambda self: self.model.live)
         @rule(data=st.data(), p=priorities)
         def update(self, data, p):

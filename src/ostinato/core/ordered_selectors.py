@@ -68,7 +68,7 @@ class _Ordered(ItemSelector):
         self._attach(int(slots[0]), int(slots[-1]), k)
 
     def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
-        if type(slots) is range:  # consecutive slots: C-level copies
+        if type(slots) is range and slots.step == 1:  # consecutive slots: C-level copies
             first, last = slots[0], slots[-1]
             if last >= len(self._prev):
                 self._room(last)

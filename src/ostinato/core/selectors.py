@@ -64,7 +64,7 @@ class Uniform(ItemSelector):
         self._dense.frombytes(slots.tobytes())
 
     def insert_many(self, slots: Sequence[int], priorities: Sequence[float]) -> None:
-        if type(slots) is range:  # consecutive slots: two C-level copies
+        if type(slots) is range and slots.step == 1:  # consecutive slots: two C-level copies
             pos = self._pos
             if slots[-1] >= len(pos):
                 pos.extend(_MINUS_ONES * ((slots[-1] + 1 - len(pos)) // len(_MINUS_ONES) + 1))
