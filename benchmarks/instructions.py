@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""CPU instructions per item of the embedded insert workloads, counted by valgrind.
+
+On a shared VM single timed runs spread by up to 2×, and a change worth 5% cannot be seen in
+time. Instructions do not depend on the machine's load: this script runs each workload under
+valgrind's callgrind with instrumentation off, switches it on (``callgrind_control -i on``)
+just before the measured loop and reads the total at exit. What is counted:
+
+* ``W1``, ``W2``: the workload's user code (``workloads.py``) for ``--items`` steps into an
+  embedded table, after a 500-step warm-up, then ``flush()``;
+* ``W1F``: W1 into a full table (``max_size`` 1,000, filled by the warm-up), every item
+  evicting the oldest;
+* the floor of W1 and W2 (``floors.py``: the user's loop against a do-nothing writer, plus one
+  numpy store per value and one dict entry per item).
+
+Two adjustments keep the count representative. Objects that exist before the measured loop
+(imports, the warm-up) are frozen out of the garbage collector (``gc.freeze()``), so a full
+collection of them does not land in one run's count. And a writer's items are held up to
+``HOLD_SECONDS`` before they go into their table in one batch: valgrind runs about 50 times
+slower, so the hold is lengthened, or batches would shrink to an item or two and the count
+would describe a different program.
+
+    python benchmarks/instructions.py                       # W1, W2, W1F and the floors
+    python benchmarks/instructions.py --src /tmp/before/src # another tree (PYTHONPATH)
+
+Needs ``valgrind`` (with ``callgrind_control``). Each workload takes 10-30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = ("W1", "W2", "W1F")
+FLOORS = ("W1", "W2")
+WARM_UP = 500
+FULL_TABLE = 1_000
+
+
+def _child(workload: str, items: int, floor: bool, go: str) -> None:
+    """Inside valgrind: set up, announce, wait for instrumentation, run the measured loop."""
+    import gc
+
+    sys.path.insert(0, str(HERE))
+    import floors
+    import workloads as wl
+
+    import ostinato as reverb
+    from ostinato.transport import streams
+
+    streams.HOLD_SECONDS = 60.0  # keep real batch sizes under valgrind's slowdown
+    two = workload == "W2"
+    steps = wl.w2_steps(items + WARM_UP, 2) if two else wl.w1_steps(items + WARM_UP, 1)
+    write = wl.write_w2 if two else wl.write_w1
+    keep = wl.SEQ if two else 1
+    size = FULL_TABLE if workload == "W1F" else wl.TABLE_MAX_SIZE
+    server = reverb.Server([wl.build_table(reverb, wl.table_spec("uniform", "t", size))])
+    client = server.localhost_client()
+    with client.trajectory_writer(keep) as w:
+        write(w, "t", steps[:WARM_UP])
+    if workload != "W1F":
+        client.reset("t")
+    measured = steps[WARM_UP:]
+    gc.collect()
+    gc.freeze()
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.1)
+    if floor:
+        write(floors._NullWriter(), "t", measured)
+        floors._least_insert(measured, keep, 1)
+    else:
+        with client.trajectory_writer(keep) as w:
+            write(w, "t", measured)
+    server.stop()
+
+
+def count(workload: str, items: int, floor: bool, src: str | None) -> float:
+    """Instructions per item of one run under callgrind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        go = os.path.join(tmp, "go")
+        env = dict(os.environ)
+        if src:
+            env["PYTHONPATH"] = src
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--child",
+            workload,
+            "--items",
+            str(items),
+            "--go",
+            go,
+        ] + (["--floor"] if floor else [])
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == b"ready":
+                break
+        else:
+            proc.wait()
+            raise RuntimeError(f"{workload}: the child ended before it was ready")
+        subprocess.run(
+            ["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True
+        )
+        Path(go).touch()
+        proc.stdout.read()
+        if proc.wait() != 0:
+            raise RuntimeError(f"{workload}: the child failed ({proc.returncode})")
+        text = Path(out).read_text(errors="replace")
+    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    if m is None:
+        raise RuntimeError(f"{workload}: no total in callgrind's output")
+    return int(m.group(1)) / items
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--items", type=int, default=3_000)
+    ap.add_argument("--src", help="a tree's src/ to measure instead of the installed package")
+    ap.add_argument("--no-floor", action="store_true", help="skip the floors")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--go", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _child(args.child, args.items, args.floor, args.go)
+        return
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            sys.exit(f"instructions.py needs {tool} (apt install valgrind)")
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for w in names:
+        if w not in WORKLOADS:
+            sys.exit(f"--workloads: unknown {w!r} (one of {', '.join(WORKLOADS)})")
+    print(f"instructions per item, {args.items:,} items ({args.src or 'installed ostinato'})")
+    print("| workload | Ostinato | floor | Ostinato / floor |")
+    print("|---|---:|---:|---:|")
+    for w in names:
+        ours = count(w, args.items, False, args.src)
+        if w in FLOORS and not args.no_floor:
+            fl = count(w, args.items, True, args.src)
+            print(f"| {w} | {ours:,.0f} | {fl:,.0f} | {ours / fl:.1f}× |", flush=True)
+        else:
+            print(f"| {w} | {ours:,.0f} | | |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
