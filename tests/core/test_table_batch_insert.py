@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import ostinato as reverb
 from ostinato import errors
 from ostinato.core.chunks import Chunk
+from ostinato.core.locations import register_block
 from ostinato.core.table import Table
 
 SELECTORS = {
@@ -42,9 +43,23 @@ def _table(sampler: str, remover: str, max_size: int, mts: int) -> Table:
     return t
 
 
+_BLOCK = np.zeros((64, 2), np.float32)
+_BLOCK_CODE = register_block(_BLOCK)
+
+
 def _items(n: int, seed: int) -> list[tuple]:
     rng = np.random.default_rng(seed)
-    chunks = [Chunk(1000 + i, np.zeros((4, 2), np.float32), episode_id=i % 3) for i in range(5)]
+    # Chunks 0-3 are carved from a registered block (their items' rows get located); chunk 4
+    # is not, so items that use it are not located.
+    chunks = [
+        Chunk(
+            1000 + i,
+            _BLOCK[8 * i : 8 * i + 4] if i < 4 else np.zeros((4, 2), np.float32),
+            episode_id=i % 3,
+            origin=(_BLOCK_CODE, 8 * i) if i < 4 else None,
+        )
+        for i in range(5)
+    ]
     out = []
     for k in range(n):
         a, b = rng.integers(0, 5, 2)
@@ -60,8 +75,12 @@ def _layout(traj: tuple) -> tuple:
 def _state(t: Table) -> tuple:
     s = t._slots
     slots = sorted(s.key_to_slot.items())
+    stride = s.locations._stride
+    rows = [tuple(s.locations.array[v * stride : (v + 1) * stride]) for _, v in slots]
+    located = [row if row and row[0] else (0,) for row in rows]  # an unlocated row: unread
     return (
         slots,
+        located,
         [(float(s.a_prio[v]), int(s.a_seq[v]), _layout(s.traj[v])) for _, v in slots],
         dict(s.episode_refs),
         sorted((c.key, c.refs) for c in s.store.chunks()),
