@@ -102,6 +102,7 @@ NUMPY_REAL_SCALARS = frozenset(
     }
 )
 _FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.complex128})
+_NDARRAY = np.ndarray
 
 
 class CellRef:
@@ -164,6 +165,8 @@ class ColumnChunker:
         #: The column's dtype when its values need no conversion (not strings), else None:
         #: what a value's dtype is compared with, by identity, on the fast path.
         self._fast_dtype: np.dtype | None = None
+        #: The numpy scalar type of a column of native numeric scalars, else None.
+        self._scalar_type: type | None = None
         self._object_scalar = False
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
@@ -248,6 +251,8 @@ class ColumnChunker:
     def _first_value(self, arr: np.ndarray) -> None:
         self.dtype = arr.dtype
         self._fast_dtype = arr.dtype if arr.dtype.kind != "O" else None
+        native = self._fast_dtype is not None and arr.dtype is np.dtype(arr.dtype.type)
+        self._scalar_type = arr.dtype.type if native and arr.shape == () else None
         self.shape = arr.shape
         self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
@@ -263,12 +268,14 @@ class ColumnChunker:
         # shares one dtype object per built-in type), of a column that is not of strings (those
         # are converted by to_array), with room in the chunk being filled. A chunk is closed at
         # the end of an episode, so the chunk being filled is always of this episode.
+        # A column of scalars takes numpy scalars of its type with one identity check (such a
+        # scalar's dtype is the type's native one and its shape is ()).
+        t = type(value)
         if (
-            type(value) in _FAST_TYPES
-            and value.dtype is self._fast_dtype
-            and value.shape == self.shape
-            and self._n < self._rows
-        ):
+            t is self._scalar_type
+            or (t is _NDARRAY and value.dtype is self._fast_dtype and value.shape == self.shape)
+            or (t in _FAST_TYPES and value.dtype is self._fast_dtype and value.shape == self.shape)
+        ) and self._n < self._rows:
             arr = value
         else:
             arr = self._slow_path(value, episode_id)
