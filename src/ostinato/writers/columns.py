@@ -101,19 +101,6 @@ class TrajectoryColumn:
 _new_column = object.__new__
 
 
-def _run_column(
-    refs: tuple[CellRef, ...], squeeze: bool, path: tuple[Any, ...]
-) -> TrajectoryColumn:
-    """A column of the newest consecutive refs of a history, which the caller has checked
-    (no ``None``; one ref when squeezed), built without ``__init__``'s checks."""
-    col = _new_column(TrajectoryColumn)
-    col._refs = refs
-    col._squeeze = squeeze
-    col._path = path
-    col._run = True
-    return col
-
-
 class ColumnHistory:
     """The refs of one column over the current episode (``writer.history[path]``).
 
@@ -183,28 +170,36 @@ class ColumnHistory:
         return i
 
     def __getitem__(self, index: Any) -> TrajectoryColumn:
-        if type(index) is int and index < 0:
-            # Fast path for the common ``h[-k]``.
+        # Fast paths for the common ``h[-k]`` and ``h[-k:]`` (the newest k steps): the column
+        # is built here, without a call (user code reads a column per item).
+        refs = None
+        if type(index) is int:
             buf = self._buf
-            if -index <= len(buf):
+            if index < 0 and -index <= len(buf):
                 ref = buf[index]
                 if ref is not None:
-                    return _run_column((ref,), True, self._path)
-        if (
+                    refs = (ref,)
+        elif (
             type(index) is slice
             and index.step is None
             and index.stop is None
             and type(index.start) is int
             and index.start < 0
         ):
-            # Fast path for the common ``h[-k:]`` (the newest k steps).
             buf = self._buf
             k = -index.start
             n = len(buf)
             if k <= n:
                 refs = tuple(buf) if k == n else tuple(itertools.islice(buf, n - k, None))
-                if not self._holes or None not in refs:
-                    return _run_column(refs, False, self._path)
+                if self._holes and None in refs:
+                    refs = None
+        if refs is not None:
+            col = _new_column(TrajectoryColumn)
+            col._refs = refs
+            col._squeeze = type(index) is int
+            col._path = self._path
+            col._run = True
+            return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)
