@@ -18,8 +18,9 @@ never through ``chunk.data`` directly, so both forms work everywhere.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
@@ -185,13 +186,9 @@ class ChunkStore:
 
     def acquire(self, chunks: Iterable[Chunk]) -> None:
         """Adds one reference to each chunk (a chunk listed twice gets two)."""
-        with self._lock:
-            for c in chunks:
-                if c.refs == 0:
-                    self._hold(c)
-                c.refs += 1
+        self.acquire_many(chunks, itertools.repeat(1))
 
-    def acquire_many(self, chunks: Sequence[Chunk], counts: Sequence[int]) -> None:
+    def acquire_many(self, chunks: Iterable[Chunk], counts: Iterable[int]) -> None:
         """Adds ``counts[i]`` references to ``chunks[i]`` (restores, which count them in bulk)."""
         with self._lock:
             for c, m in zip(chunks, counts):
@@ -202,20 +199,11 @@ class ChunkStore:
 
     def release(self, chunks: Iterable[Chunk]) -> None:
         """Drops one reference from each chunk; unreferenced chunks leave the store."""
-        with self._lock:
-            d = self._chunks
-            for c in chunks:
-                c.refs -= 1
-                if c.refs == 0:
-                    d.pop(id(c), None)
-                    c._store = None
-                    self._bytes -= c._counted
-                elif c.refs < 0:  # pragma: no cover - would be a bug in the table
-                    raise AssertionError(f"chunk {c.key} released more often than acquired")
+        self.release_many(chunks, itertools.repeat(1))
 
-    def release_many(self, chunks: Sequence[Chunk], counts: Sequence[int]) -> None:
-        """Drops ``counts[i]`` references from ``chunks[i]`` (as :meth:`release` would, one by
-        one); unreferenced chunks leave the store."""
+    def release_many(self, chunks: Iterable[Chunk], counts: Iterable[int]) -> None:
+        """Drops ``counts[i]`` references from ``chunks[i]`` (a chunk may be listed more than
+        once); unreferenced chunks leave the store."""
         with self._lock:
             d = self._chunks
             for c, m in zip(chunks, counts):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ostinato.core.selector_base import _MINUS_ONES, _UNREAD, _VECTORISE_FROM, ItemSelector, _grow
+from ostinato.core.selector_base import _UNREAD, _VECTORISE_FROM, ItemSelector, _grow, _minus_ones
 from ostinato.core.table_info import HeapOptions, KeyDistributionOptions
 
 
@@ -30,7 +30,7 @@ class _Ordered(ItemSelector):
 
     def _room(self, top: int) -> None:
         """Grows the link arrays to hold slot ``top``."""
-        grow = _MINUS_ONES * ((top + 1 - len(self._prev)) // len(_MINUS_ONES) + 1)
+        grow = _minus_ones(self._prev, top)
         self._prev.extend(grow)
         self._next.extend(grow)
 

@@ -14,6 +14,13 @@ import numpy as np
 from ostinato.core.table_info import KeyDistributionOptions
 
 _MINUS_ONES = array.array("q", [-1]) * 1024
+
+
+def _minus_ones(arr: array.array, top: int) -> array.array:
+    """The ``-1`` fill that makes an index array (grown in steps of 1024) hold ``top``."""
+    return _MINUS_ONES * ((top + 1 - len(arr)) // len(_MINUS_ONES) + 1)
+
+
 #: Batches of at least this many slots are inserted with numpy (fewer: a Python loop is
 #: cheaper than the arrays' set-up).
 _VECTORISE_FROM = 24

@@ -26,11 +26,11 @@ import numpy as np
 
 from ostinato.core.ordered_selectors import Fifo, HeapSelector, Lifo, MaxHeap, MinHeap
 from ostinato.core.selector_base import (
-    _MINUS_ONES,
     _UNREAD,
     _VECTORISE_FROM,
     MAX_WEIGHT,
     ItemSelector,
+    _minus_ones,
 )
 from ostinato.core.sum_tree import SumTree
 from ostinato.core.table_info import KeyDistributionOptions, PrioritizedOptions
@@ -47,7 +47,7 @@ class Uniform(ItemSelector):
     def insert(self, slot: int, priority: float) -> None:
         pos = self._pos
         if slot >= len(pos):
-            pos.extend(_MINUS_ONES * ((slot + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+            pos.extend(_minus_ones(pos, slot))
         pos[slot] = len(self._dense)
         self._dense.append(slot)
 
@@ -58,7 +58,7 @@ class Uniform(ItemSelector):
         pos = self._pos
         top = int(slots.max())
         if top >= len(pos):
-            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+            pos.extend(_minus_ones(pos, top))
         start = len(self._dense)
         np.frombuffer(pos, dtype=np.int64)[slots] = np.arange(start, start + len(slots))
         self._dense.frombytes(slots.tobytes())
@@ -67,7 +67,7 @@ class Uniform(ItemSelector):
         if type(slots) is range and slots.step == 1:  # consecutive slots: two C-level copies
             pos = self._pos
             if slots[-1] >= len(pos):
-                pos.extend(_MINUS_ONES * ((slots[-1] + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+                pos.extend(_minus_ones(pos, slots[-1]))
             start = len(self._dense)
             pos[slots.start : slots.stop] = array.array("q", range(start, start + len(slots)))
             self._dense.extend(slots)
@@ -79,7 +79,7 @@ class Uniform(ItemSelector):
         pos = self._pos
         top = max(slots)
         if top >= len(pos):
-            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+            pos.extend(_minus_ones(pos, top))
         for i, s in enumerate(slots, len(self._dense)):
             pos[s] = i
         self._dense.extend(slots)
@@ -113,7 +113,7 @@ class Uniform(ItemSelector):
         pos = self._pos
         top = max(new)
         if top >= len(pos):
-            pos.extend(_MINUS_ONES * ((top + 1 - len(pos)) // len(_MINUS_ONES) + 1))
+            pos.extend(_minus_ones(pos, top))
         dense = self._dense
         for s, v in zip(new, victims):
             i = pos[v]

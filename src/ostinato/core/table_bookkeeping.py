@@ -84,27 +84,25 @@ class TableBookkeeping(TableContents):
         keys, prios, trajs, sqs = zip(*items)
         if not k2s.keys().isdisjoint(keys) or len(set(keys)) != n:
             return False
-        if evict <= 0:
-            new = slots.add_many(keys, prios, trajs, sqs)
-            assert new is not None
-            self._sampler.insert_many(new, prios)
-            self._remover.insert_many(new, prios)
-        else:
+        mts = self._max_times_sampled
+        victims: list[int] = []
+        if evict > 0:
             victims = self._remover.oldest(evict)  # type: ignore[attr-defined]  # a Fifo
-            if self._max_times_sampled:  # before the slots are reused
-                times = slots.a_times
-                left = sum(self._max_times_sampled - times[v] for v in victims)
-            evicting = slots.add_many(keys, prios, trajs, sqs, victims)
-            if evicting is None:
-                return False
-            new = evicting
+            # Samples the victims had left, read before their slots are reused.
+            left = sum(mts - slots.a_times[v] for v in victims) if mts else 0
+        new = slots.add_many(keys, prios, trajs, sqs, victims)
+        if new is None:
+            return False
+        if victims:
             self._sampler.insert_replacing(new, prios, victims)
             self._remover.insert_replacing(new, prios, victims)
-            if self._max_times_sampled:
-                self._remaining_samples -= left
+            self._remaining_samples -= left
             self._limiter.delete(evict)
-        if self._max_times_sampled:
-            self._remaining_samples += self._max_times_sampled * n
+        else:
+            self._sampler.insert_many(new, prios)
+            self._remover.insert_many(new, prios)
+        if mts:
+            self._remaining_samples += mts * n
         if self._hooks is not None:
             self._hooks.inserted(list(keys), list(prios))
         self._limiter.inserts += n

@@ -102,7 +102,6 @@ NUMPY_REAL_SCALARS = frozenset(
     }
 )
 _FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.complex128})
-_NDARRAY = np.ndarray
 
 
 class CellRef:
@@ -264,16 +263,15 @@ class ColumnChunker:
 
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
         """Stores one value; returns the ref to it. Validates dtype and shape."""
-        # Fast path: an array or numpy scalar whose dtype is the column's, by identity (numpy
-        # shares one dtype object per built-in type), of a column that is not of strings (those
-        # are converted by to_array), with room in the chunk being filled. A chunk is closed at
-        # the end of an episode, so the chunk being filled is always of this episode.
-        # A column of scalars takes numpy scalars of its type with one identity check (such a
-        # scalar's dtype is the type's native one and its shape is ()).
+        # Fast path: a value stored as it is, with room in the chunk being filled (a chunk is
+        # closed at the end of an episode, so it is always of this episode). That is a numpy
+        # scalar of a column of scalars of its type (one identity check: such a scalar's dtype
+        # is the type's native one and its shape is ()), or an array or numpy scalar whose
+        # dtype is the column's by identity (numpy shares one dtype object per built-in type)
+        # and whose shape is the column's, in a column not of strings (to_array converts those).
         t = type(value)
         if (
             t is self._scalar_type
-            or (t is _NDARRAY and value.dtype is self._fast_dtype and value.shape == self.shape)
             or (t in _FAST_TYPES and value.dtype is self._fast_dtype and value.shape == self.shape)
         ) and self._n < self._rows:
             arr = value

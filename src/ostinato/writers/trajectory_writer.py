@@ -6,6 +6,7 @@ The checks of an item before it is sent are in :mod:`ostinato.writers.item_valid
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,24 +31,6 @@ _LEAF_TYPES = frozenset({np.ndarray, int, float, bool, *NUMPY_REAL_SCALARS})
 
 
 _NEVER = Deadline.never()
-
-
-class _CachedHistory:
-    """``TrajectoryWriter.history``: built on first read, then kept in the writer's
-    ``__dict__``, which Python looks in before this (non-data) descriptor -- user code reads
-    ``w.history`` for every column of every item, so a property's call per read is avoided.
-    The writer drops the kept value when its columns change."""
-
-    def __init__(self, build: Any):
-        self._build = build
-        self.__doc__ = build.__doc__
-
-    def __get__(self, writer: Any, owner: Any = None) -> Any:
-        if writer is None:
-            return self
-        value = self._build(writer)
-        writer.__dict__["history"] = value
-        return value
 
 
 class _Column:
@@ -159,9 +142,12 @@ class TrajectoryWriter(StreamWriter):
         self._spec_cache[treespec] = cols
         return cols
 
-    @_CachedHistory
+    @functools.cached_property
     def history(self) -> Any:
-        """The step structure with each leaf replaced by its :class:`ColumnHistory`."""
+        """The step structure with each leaf replaced by its :class:`ColumnHistory`.
+
+        Built on first read and kept in the writer's ``__dict__`` (user code reads it for
+        every column of every item); dropped when a column is added."""
         if self._structure is None:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
