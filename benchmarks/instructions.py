@@ -10,6 +10,8 @@ just before the measured loop and reads the total at exit. What is counted:
   embedded table, after a 500-step warm-up, then ``flush()``;
 * ``W1F``: W1 into a full table (``max_size`` 1,000, filled by the warm-up), every item
   evicting the oldest;
+* ``W9``, ``W9s``: 16 vectorised environments through ``BatchedTrajectoryObserver``, items of
+  1 and 10 steps; counted per environment step (``--items`` vector steps of 16);
 * the floor of W1 and W2 (``floors.py``: the user's loop against a do-nothing writer, plus one
   numpy store per value and one dict entry per item).
 
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("W1", "W2", "W1F")
+WORKLOADS = ("W1", "W2", "W1F", "W9", "W9s")
 FLOORS = ("W1", "W2")
 WARM_UP = 500
 FULL_TABLE = 1_000
@@ -59,6 +61,8 @@ def _child(workload: str, items: int, floor: bool, go: str) -> None:
     from ostinato.transport import streams
 
     streams.HOLD_SECONDS = 60.0  # keep real batch sizes under valgrind's slowdown
+    if workload in ("W9", "W9s"):
+        _child_w9(reverb, wl, workload, items, go)
     two = workload == "W2"
     steps = wl.w2_steps(items + WARM_UP, 2) if two else wl.w1_steps(items + WARM_UP, 1)
     write = wl.write_w2 if two else wl.write_w1
@@ -84,6 +88,30 @@ def _child(workload: str, items: int, floor: bool, go: str) -> None:
             write(w, "t", measured)
     # Leave at once: the interpreter's teardown (every module, the server) would add millions
     # of instructions to the count. callgrind still writes its totals at exit.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _child_w9(reverb, wl, workload: str, items: int, go: str) -> None:
+    """W9/W9s: ``items`` vector steps of 16 environments through the batched observer."""
+    import gc
+
+    length = 1 if workload == "W9" else wl.SEQ
+    warm = WARM_UP // 10
+    cols = wl.w9_steps(items + warm, wl.W9_ENVS, seed=9)
+    server = reverb.Server([wl.build_table(reverb, wl.table_spec("uniform", "t"))])
+    client = server.localhost_client()
+    observer = reverb.observers.BatchedTrajectoryObserver(
+        client, "t", length, num_envs=wl.W9_ENVS
+    )
+    wl.write_w9_observer(observer, {k: v[:warm] for k, v in cols.items()})
+    measured = {k: v[warm:] for k, v in cols.items()}
+    gc.collect()
+    gc.freeze()
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.1)
+    wl.write_w9_observer(observer, measured)
     sys.stdout.flush()
     os._exit(0)
 
@@ -129,7 +157,8 @@ def count(workload: str, items: int, floor: bool, src: str | None) -> float:
     m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
     if m is None:
         raise RuntimeError(f"{workload}: no total in callgrind's output")
-    return int(m.group(1)) / items
+    per = items * 16 if workload in ("W9", "W9s") else items  # W9: per environment step
+    return int(m.group(1)) / per
 
 
 def main() -> None:
