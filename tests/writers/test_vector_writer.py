@@ -37,7 +37,19 @@ def _step(rng, n, t):
         "env": np.arange(n, dtype=np.int32),
         "t": np.full(n, t, np.int64),
         "obs": rng.standard_normal((n, 3)).astype(np.float32),
+        # 32 KiB rows: 4 rows per chunk by default (the other columns: 256), and not carved
+        # from shared blocks.
+        "img": rng.standard_normal((n, 8192)).astype(np.float32),
     }
+
+
+def _check_fills_agree(vw):
+    """Columns with as many rows per chunk fill and close their chunks at the same steps
+    (``create_items`` computes their offsets once)."""
+    by_rows = {}
+    for col in vw._columns:
+        fill = (col.pos - col.start).tolist(), col.live.tolist()
+        assert by_rows.setdefault(col.rows, fill) == fill, col.path
 
 
 def _run_ops(client, ops, n, keep, chunk):
@@ -62,16 +74,18 @@ def _run_ops(client, ops, n, keep, chunk):
             length = 1 + b % back
             m &= vw.episode_steps >= back
             sl = slice(-back, None if back == length else -back + length)
-            traj = {k: vw.history[k][sl] for k in ("env", "t", "obs")}
+            traj = {k: vw.history[k][sl] for k in ("env", "t", "obs", "img")}
             assert vw.create_items("vec", 1.0, traj, mask=m) == m.sum()
             for i in np.flatnonzero(m):
                 w = refs[i]
-                w.create_item("ref", 1.0, {k: w.history[k][sl] for k in ("env", "t", "obs")})
+                h = w.history
+                w.create_item("ref", 1.0, {k: h[k][sl] for k in ("env", "t", "obs", "img")})
                 w.flush()  # items of different writers are in their table in creation order
         else:
             vw.end_episode(m)
             for i in np.flatnonzero(m):
                 refs[i].end_episode()
+        _check_fills_agree(vw)
     vw.flush()
     for w in refs:
         w.flush()

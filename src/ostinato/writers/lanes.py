@@ -35,6 +35,11 @@ class Lanes:
     holds ``pos - start`` rows. Two scalars keep the per-step checks off numpy: ``room``, a
     lower bound on the rows left in every lane's chunk (0: look), and ``minfill``, a lower
     bound on the rows every lane's chunk holds.
+
+    The writer appends to every column at once and ends episodes in every column at once, and
+    a chunk's capacity depends only on :attr:`rows`; so columns with as many rows per chunk
+    open and close their lanes' chunks at the same steps, and their fills (``pos - start``)
+    agree in every lane. ``create_items`` relies on this to compute offsets once per group.
     """
 
     def __init__(self, path: tuple[Any, ...], index: int, num_envs: int, keep: int):

@@ -109,6 +109,10 @@ class VectorTrajectoryWriter(StreamWriter):
         self._all = np.arange(self._n)
         #: Per trajectory layout: its squeeze flags and how far back it reaches.
         self._layouts: dict[tuple[Any, ...], tuple[tuple[bool, ...], int]] = {}
+        # The columns of the last create_items call and their layout (most callers pass the
+        # same columns every time: one identity comparison instead of the layout's tuple).
+        self._last_cols: tuple[VectorColumn, ...] = ()
+        self._last_layout: tuple[Any, ...] = ((), (), 0)
         self._episodes = [new_key() for _ in range(self._n)]
         self._closed = False
         self._stream = transport.writer_stream(
@@ -306,14 +310,20 @@ class VectorTrajectoryWriter(StreamWriter):
             if np.isnan(prios).any():
                 raise ValueError("`priority` must not be nan.")
             p = float(prios.min())
-        layout = tuple((c.lanes.index, c.back, c.length, c.squeeze) for c in cols)
-        known = self._layouts.get(layout)
-        if known is None:
-            known = self._layouts[layout] = (
-                items_lib.intern_squeeze([c.squeeze for c in cols]),
-                max(c.back for c in cols),
-            )
-        sq, reach = known
+        key = tuple(cols)
+        if key == self._last_cols:  # the same column objects as last time (by identity)
+            layout, sq, reach = self._last_layout
+        else:
+            layout = tuple((c.lanes.index, c.back, c.length, c.squeeze) for c in cols)
+            known = self._layouts.get(layout)
+            if known is None:
+                known = self._layouts[layout] = (
+                    items_lib.intern_squeeze([c.squeeze for c in cols]),
+                    max(c.back for c in cols),
+                )
+            sq, reach = known
+            self._last_cols = key
+            self._last_layout = (layout, sq, reach)
         if reach > self._minsteps or lanes is not None:
             short = self._steps[sel] < reach
             if np.count_nonzero(short):
@@ -331,25 +341,33 @@ class VectorTrajectoryWriter(StreamWriter):
         parts: list[Any] = []
         flat = True
         sel_list: list[int] | None = None  # made when a column needs it
+        # Offsets per (rows per chunk, steps back): columns with as many rows per chunk fill
+        # and close their lanes' chunks at the same steps (see Lanes), so their offsets agree.
+        shared: dict[tuple[int, int], Any] = {}
         for c in cols:
             lanes_c = c.lanes
-            if lanes is None and c.back <= lanes_c.minfill:  # in every lane's current chunk
-                parts.append(lanes_c.chunk)
-                parts.append((lanes_c.pos - lanes_c.start - c.back).tolist())
-                parts.append(repeat(c.length, count))
+            back = c.back
+            if lanes is None and back <= lanes_c.minfill:  # in every lane's current chunk
+                off = shared.get((lanes_c.rows, back))
+                if off is None:
+                    off = shared[lanes_c.rows, back] = (
+                        lanes_c.pos - lanes_c.start - back
+                    ).tolist()
+                parts += (lanes_c.chunk, off, repeat(c.length, count))
                 continue
             if sel_list is None:
                 sel_list = sel.tolist()
-            offs = lanes_c.pos[sel] - lanes_c.start[sel] - c.back
+            got = shared.get((lanes_c.rows, -back))
+            if got is None:
+                offs = lanes_c.pos[sel] - lanes_c.start[sel] - back
+                got = shared[lanes_c.rows, -back] = (offs.tolist(), np.count_nonzero(offs < 0))
+            off_list, behind = got
             ch = lanes_c.chunk
-            if np.count_nonzero(offs < 0) == 0:  # in each lane's current chunk
-                parts.append([ch[i] for i in sel_list])
-                parts.append(offs.tolist())
-                parts.append(repeat(c.length, count))
+            if not behind:  # in each lane's current chunk
+                parts += (list(map(ch.__getitem__, sel_list)), off_list, repeat(c.length, count))
             else:  # some lanes reach back into closed chunks: their slices, one by one
-                off_list = offs.tolist()
                 sl = [
-                    [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, c.back, c.length)
+                    [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, back, c.length)
                     for i, o in zip(sel_list, off_list)
                 ]
                 if all(len(x) == 1 for x in sl):
