@@ -350,9 +350,7 @@ class VectorTrajectoryWriter(StreamWriter):
             if lanes is None and back <= lanes_c.minfill:  # in every lane's current chunk
                 off = shared.get((lanes_c.rows, back))
                 if off is None:
-                    off = shared[lanes_c.rows, back] = (
-                        lanes_c.pos - lanes_c.start - back
-                    ).tolist()
+                    off = shared[lanes_c.rows, back] = (lanes_c.pos - lanes_c.start - back).tolist()
                 parts += (lanes_c.chunk, off, repeat(c.length, count))
                 continue
             if sel_list is None:
