@@ -487,3 +487,21 @@ def test_insert_waiting_for_the_limiter_stores_nothing_once_cancelled():
     # Without the flag set the same wait stores the item once room appears.
     table.insert_many([_chunk_item(4, 1.0)], Deadline.after(1), cancelled=lambda: False)
     assert sorted(table.keys()) == [2, 4]
+
+
+# -- sample_now: all admitted at once, or nothing taken -------------------------------------------
+
+
+def test_sample_now_takes_all_or_nothing():
+    table = _queue()
+    table.insert_many([_chunk_item(k, 1.0) for k in range(1, 4)])
+    assert table.sample_now(4) is None  # 3 admitted: nothing taken
+    assert table.size == 3
+    assert sorted(table.sample_now(2).keys) == [1, 2]
+    assert table.size == 1
+    batch = table.sample_now(1)
+    assert list(batch.keys) == [3] and not batch.rate_limited
+    assert table.sample_now(1) is None
+    table.close()
+    with pytest.raises(errors.CancelledError):
+        table.sample_now(1)

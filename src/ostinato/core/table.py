@@ -387,14 +387,31 @@ class Table(TableBookkeeping):
                 raise errors.CancelledError(
                     f"sample from table {self._name!r} was cancelled by its caller"
                 )
-            k = allowed(n)
-            if self._max_times_sampled:
-                batch = self._sample_one_by_one(k)
-            else:
-                batch = self._sample_vectorised(k)
-            batch.rate_limited = rate_limited
-            gate.notify_waiters()
-            return batch
+            return self._take_locked(allowed(n), rate_limited)
+
+    def sample_now(self, num_samples: int) -> items_lib.SampleBatch | None:
+        """Samples ``num_samples`` items if the rate limiter admits all of them now, without
+        waiting; else takes nothing and returns None (the caller may then :meth:`sample`).
+
+        Raises:
+          CancelledError: the table was closed.
+        """
+        n = positive_int("num_samples", num_samples)
+        with self._cond:
+            self._gate.check_open()
+            if self._allowed_locked(n) < n:
+                return None
+            return self._take_locked(n, False)
+
+    def _take_locked(self, k: int, rate_limited: bool) -> items_lib.SampleBatch:
+        """Samples ``k`` admitted items (lock held)."""
+        if self._max_times_sampled:
+            batch = self._sample_one_by_one(k)
+        else:
+            batch = self._sample_vectorised(k)
+        batch.rate_limited = rate_limited
+        self._gate.notify_waiters()
+        return batch
 
     # -- mutate -----------------------------------------------------------------------------------
     def update_priorities(

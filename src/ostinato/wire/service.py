@@ -16,7 +16,10 @@ itself: no hand-off, so it waits for nothing but the loop. Threads are started a
 arrives, up to each pool's bound; the thread count does not grow with the number of streams. A
 small insert request (no shared-memory ring) is stored on the loop itself until it would wait for
 its rate limiter, which saves two thread hand-offs per request; the rest of it goes to the data
-pool.
+pool. Likewise a Sample call whose reply is expected under :data:`INLINE_BYTES` is answered on
+the loop when its rate limiter admits all its items at once (else it goes to the sample pool,
+which waits and lingers as before), and a Mutate request under :data:`INLINE_BYTES` is answered
+on the loop.
 
 Past ``max_streams`` open Insert streams a new one is refused at once with
 ``RESOURCE_EXHAUSTED``; a stream that sends no request for ``idle_stream_seconds`` is ended
@@ -68,6 +71,11 @@ CONTROL_THREADS = 2
 DATA_THREADS = 8
 #: Most threads answering Sample calls at once (and waiting for their rate limiters).
 SAMPLE_THREADS = 16
+#: A Sample call expected to reply with fewer bytes than this, when its rate limiter admits
+#: all its items at once, and a Mutate request of fewer bytes than this, are answered on the event
+#: loop: no hand-off to a pool thread and back (two thread wake-ups per call). Bounded so
+#: that no call holds the loop for long.
+INLINE_BYTES = 256 * 1024
 
 
 class ReplayService:
@@ -154,7 +162,10 @@ class ReplayService:
         context.add_done_callback(gone.set)
         return gone
 
-    def _unary(self, name: str, fn: Any, pool: str) -> Any:
+    def _unary(self, name: str, fn: Any, pool: str, now: Any = None) -> Any:
+        """The handler of a unary method: ``fn(msg, gone)`` in ``pool``'s threads (``"loop"``:
+        on the loop). ``now(raw, gone)``, if given, runs first on the loop and returns the
+        packed reply, or None (having changed nothing) when the call must go to the pool."""
         stats = self.requests
         executor = None if pool == "loop" else self.pools[pool]
 
@@ -172,9 +183,11 @@ class ReplayService:
                 if executor is None:  # cheap and never waits: answered on the loop
                     out = work(raw, gone)
                 else:
-                    out = await asyncio.get_running_loop().run_in_executor(
-                        executor, work, raw, gone
-                    )
+                    out = None if now is None else now(raw, gone)
+                    if out is None:
+                        out = await asyncio.get_running_loop().run_in_executor(
+                            executor, work, raw, gone
+                        )
             except asyncio.CancelledError:
                 stats.record(name, "CANCELLED", len(raw), 0)
                 gone.set()
@@ -194,14 +207,16 @@ class ReplayService:
         """The handlers of service ``ostinato.Replay``, by method name."""
         ident = None  # bytes in, bytes out
         handlers = {
-            name: grpc.unary_unary_rpc_method_handler(self._unary(name, getattr(self, fn), pool))
-            for name, fn, pool in (
-                ("Sample", "sample", "sample"),
-                ("Mutate", "mutate", "control"),
-                ("Reset", "reset", "control"),
-                ("ServerInfo", "server_info", "loop"),
-                ("Checkpoint", "checkpoint", "control"),
-                ("Stats", "stats", "control"),
+            name: grpc.unary_unary_rpc_method_handler(
+                self._unary(name, getattr(self, fn), pool, now and getattr(self, now))
+            )
+            for name, fn, pool, now in (
+                ("Sample", "sample", "sample", "sample_now"),
+                ("Mutate", "mutate", "control", "mutate_now"),
+                ("Reset", "reset", "control", None),
+                ("ServerInfo", "server_info", "loop", None),
+                ("Checkpoint", "checkpoint", "control", None),
+                ("Stats", "stats", "control", None),
             )
         }
         handlers[protocol.INSERT_METHOD] = grpc.stream_stream_rpc_method_handler(
@@ -341,19 +356,39 @@ class ReplayService:
                 self.streams.active_streams -= 1
 
     # -- sample ---------------------------------------------------------------------------------
-    def sample(self, msg: Any, gone: Gone) -> dict:
+    def _sample_size(self, msg: Any) -> tuple[Any, Any, int, float]:
+        """``(request, table, items to take, bytes per item expected)`` of a Sample call."""
         req = protocol.parse_sample_request(msg)
         table = self._table(req.table)
         # Keep the reply under the message limit: items taken from a table and then not sent
         # would be lost (for a queue). The per-item size is learnt from earlier replies.
         per_item = max(self._item_bytes.get(table.name, 0.0), table.approx_item_bytes())
         n = min(req.num_samples, protocol.approx_reply_items(self._max_bytes, per_item))
+        return req, table, n, per_item
+
+    def sample_now(self, raw: bytes, gone: Gone) -> bytes | None:
+        """A Sample call answered on the loop: the packed reply when the expected reply is
+        small and the rate limiter admits all of them now (what the pool would take at this
+        moment, without waiting or lingering); None, having taken nothing, otherwise."""
+        _, table, n, per_item = self._sample_size(codec.unpack(raw))
+        if n * per_item > INLINE_BYTES:
+            return None
+        batch = table.sample_now(n)
+        if batch is None:
+            return None
+        return codec.pack(self._sample_reply(table, batch))
+
+    def sample(self, msg: Any, gone: Gone) -> dict:
+        req, table, n, _ = self._sample_size(msg)
         gone.on_set(table.wake)
         batch = self._wait_slices(
             lambda s: table.sample(n, s, cancelled=gone.is_set, linger=SAMPLE_LINGER_SECONDS),
             req.timeout_ms,
             gone,
         )
+        return self._sample_reply(table, batch)
+
+    def _sample_reply(self, table: Any, batch: Any) -> dict:
         reply = protocol.sample_reply(batch)
         size = protocol.sample_reply_data_bytes(reply)
         self._item_bytes[table.name] = max(
@@ -362,6 +397,12 @@ class ReplayService:
         return reply
 
     # -- the rest ---------------------------------------------------------------------------------
+    def mutate_now(self, raw: bytes, gone: Gone) -> bytes | None:
+        """A small Mutate request answered on the loop (it never waits); None for a big one."""
+        if len(raw) > INLINE_BYTES:
+            return None
+        return codec.pack(self.mutate(codec.unpack(raw), gone))
+
     def mutate(self, msg: Any, gone: Gone) -> dict:
         req = protocol.parse_mutate_request(msg)
         table = self._table(req.table)
