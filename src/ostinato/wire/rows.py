@@ -15,22 +15,38 @@ import math
 import numpy as np
 
 from ostinato.errors import DecodeError
-from ostinato.wire.codec import Segment
+from ostinato.wire.codec import RAW, Segment
+
+#: A chunk's consecutive small raw numeric segments (each at most :data:`MERGE_SEGMENT_BYTES`)
+#: are merged into one while the merged payload stays within :data:`MERGE_BYTES`: a writer
+#: sends a chunk's rows in as many segments as it sends requests, and a chunk of small rows
+#: then holds one segment, whose rows a sample reply cuts out with one slice. Big rows (frames)
+#: are never copied again: cutting them is not what costs.
+MERGE_BYTES = 64 * 1024
+MERGE_SEGMENT_BYTES = 8 * 1024
 
 
 class SegmentedRows:
-    """Server-side data of a chunk that arrived over the network: its segments, in row order."""
+    """Server-side data of a chunk that arrived over the network: its segments, in row order.
 
-    __slots__ = ("segments", "starts", "end", "dtype", "row_shape", "row_nbytes", "_cache")
+    Readers run on other threads than the stream adding segments: :attr:`parts` is one pair
+    ``(segments, their first rows)`` of tuples, replaced (never changed in place) when a
+    segment is added or merged, so a reader always sees a consistent pair.
+    """
+
+    __slots__ = ("parts", "end", "dtype", "row_shape", "row_nbytes", "_cache")
 
     def __init__(self, dtype: np.dtype, row_shape: tuple[int, ...]):
-        self.segments: list[Segment] = []
-        self.starts: list[int] = []
+        self.parts: tuple[tuple[Segment, ...], tuple[int, ...]] = ((), ())
         self.end = 0
         self.dtype = dtype
         self.row_shape = row_shape
         self.row_nbytes = dtype.itemsize * math.prod(row_shape)
         self._cache: np.ndarray | None = None
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self.parts[0]
 
     def add(self, seg: Segment) -> None:
         if seg.start != self.end:
@@ -39,17 +55,28 @@ class SegmentedRows:
             )
         if seg.dtype != self.dtype or seg.row_shape != self.row_shape:
             raise DecodeError(f"chunk {seg.key}: segment dtype/shape differs from earlier segments")
-        self.segments.append(seg)
-        self.starts.append(seg.start)
+        segs, starts = self.parts
+        last = segs[-1] if segs else None
+        if (
+            last is not None
+            and last.codec == seg.codec == RAW
+            and self.dtype.kind != "O"  # a string segment's payload is one msgpack list
+            and len(seg.payload) <= MERGE_SEGMENT_BYTES
+            and len(last.payload) + len(seg.payload) <= MERGE_BYTES
+        ):
+            self.parts = (segs[:-1] + (_merged(last, seg),), starts)
+        else:
+            self.parts = (segs + (seg,), starts + (seg.start,))
         self.end += seg.nrows
 
     def covering(self, offset: int, length: int) -> list[tuple[Segment, int, int]]:
         """Segments holding rows [offset, offset + length): (segment, local offset, rows)."""
+        segs, starts = self.parts
         out = []
-        i = bisect.bisect_right(self.starts, offset) - 1
+        i = bisect.bisect_right(starts, offset) - 1
         row, left = offset, length
         while left > 0:
-            seg = self.segments[i]
+            seg = segs[i]
             local = row - seg.start
             n = min(left, seg.nrows - local)
             out.append((seg, local, n))
@@ -72,7 +99,7 @@ class SegmentedRows:
         """Rows ``[start, stop)`` as the raw little-endian bytes received (segments are kept
         decompressed, so this cuts them out without decoding)."""
         rb = self.row_nbytes
-        segs = self.segments
+        segs = self.parts[0]
         if len(segs) == 1:  # the common case: one segment holds the whole chunk
             return segs[0].payload[start * rb : stop * rb]
         parts = [
@@ -86,7 +113,7 @@ class SegmentedRows:
         rows arrive."""
         cache = self._cache
         if cache is None or len(cache) != self.end:
-            cache = np.concatenate([s.decode() for s in self.segments])
+            cache = np.concatenate([s.decode() for s in self.parts[0]])
             cache.flags.writeable = False
             self._cache = cache
         return cache
@@ -94,4 +121,12 @@ class SegmentedRows:
     @property
     def nbytes(self) -> int:
         """Bytes of the payloads held."""
-        return sum(len(s.payload) for s in self.segments)
+        return sum(len(s.payload) for s in self.parts[0])
+
+
+def _merged(a: Segment, b: Segment) -> Segment:
+    """Raw segment ``b`` appended to raw segment ``a`` (its next rows) as one segment."""
+    payload = b"".join((a.payload, b.payload))
+    nrows = a.nrows + b.nrows
+    raw = dict(a.raw, n=nrows, b=payload)
+    return Segment(a.key, a.episode_id, a.start, nrows, a.dtype, a.row_shape, RAW, payload, raw)
