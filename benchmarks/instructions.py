@@ -25,6 +25,7 @@ slower, so the hold is lengthened, or batches would shrink to an item or two and
 would describe a different program.
 
     python benchmarks/instructions.py                       # W1, W2, W1F and the floors
+    python benchmarks/instructions.py --workloads W9,W9s    # per environment step
     python benchmarks/instructions.py --src /tmp/before/src # another tree (PYTHONPATH)
 
 Needs ``valgrind`` (with ``callgrind_control``). Each workload takes 10-30 s.
@@ -44,6 +45,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = ("W1", "W2", "W1F", "W9", "W9s")
+DEFAULT_WORKLOADS = ("W1", "W2", "W1F")
 FLOORS = ("W1", "W2")
 WARM_UP = 500
 FULL_TABLE = 1_000
@@ -101,9 +103,7 @@ def _child_w9(reverb, wl, workload: str, items: int, go: str) -> None:
     cols = wl.w9_steps(items + warm, wl.W9_ENVS, seed=9)
     server = reverb.Server([wl.build_table(reverb, wl.table_spec("uniform", "t"))])
     client = server.localhost_client()
-    observer = reverb.observers.BatchedTrajectoryObserver(
-        client, "t", length, num_envs=wl.W9_ENVS
-    )
+    observer = reverb.observers.BatchedTrajectoryObserver(client, "t", length, num_envs=wl.W9_ENVS)
     wl.write_w9_observer(observer, {k: v[:warm] for k, v in cols.items()})
     measured = {k: v[warm:] for k, v in cols.items()}
     gc.collect()
@@ -163,7 +163,9 @@ def count(workload: str, items: int, floor: bool, src: str | None) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument(
+        "--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"of {', '.join(WORKLOADS)}"
+    )
     ap.add_argument("--items", type=int, default=3_000)
     ap.add_argument("--src", help="a tree's src/ to measure instead of the installed package")
     ap.add_argument("--no-floor", action="store_true", help="skip the floors")
