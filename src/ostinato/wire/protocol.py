@@ -37,6 +37,7 @@ numbers, strings, booleans, None and nested maps -- and bounds its size.
 from __future__ import annotations
 
 import dataclasses
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -143,9 +144,8 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     trajs = batch.trajectories
     if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
         return None
-    width = len(trajs[0])
-    if all(items_lib.is_flat(t) and len(t) == width for t in trajs):
-        return _columnar_flat(trajs)
+    if set(map(type, map(_FIRST, trajs))) == _CHUNK and len(set(map(len, trajs))) == 1:
+        return _columnar_flat(trajs)  # every item flat (items_lib.is_flat), as wide
     per_item = [items_lib.columns(t) for t in trajs]
     ncols = len(per_item[0])
     if any(len(c) != ncols for c in per_item):
@@ -190,11 +190,20 @@ def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
                 return None
             data = chunk.data
             if type(data) is SegmentedRows:  # rows received over the network
-                add(data.row_bytes(off, off + ln))
+                segs = data.parts[0]
+                if len(segs) == 1:  # the usual case (SegmentedRows merges small segments)
+                    rb = data.row_nbytes
+                    add(segs[0].payload[off * rb : (off + n) * rb])
+                else:
+                    add(data.row_bytes(off, off + n))
             else:
-                add(chunk_row_bytes(chunk, off, off + ln))
+                add(chunk_row_bytes(chunk, off, off + n))
         out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
     return out
+
+
+_FIRST = itemgetter(0)
+_CHUNK = {Chunk}
 
 
 def _with_segments(batch: items_lib.SampleBatch) -> dict:
