@@ -144,7 +144,7 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     trajs = batch.trajectories
     if batch.squeeze.count(batch.squeeze[0]) != len(trajs):
         return None
-    if set(map(type, map(_FIRST, trajs))) == _CHUNK and len(set(map(len, trajs))) == 1:
+    if set(map(type, map(itemgetter(0), trajs))) == {Chunk} and len(set(map(len, trajs))) == 1:
         return _columnar_flat(trajs)  # every item flat (items_lib.is_flat), as wide
     per_item = [items_lib.columns(t) for t in trajs]
     ncols = len(per_item[0])
@@ -190,9 +190,8 @@ def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
                 return None
             data = chunk.data
             if type(data) is SegmentedRows:  # rows received over the network
-                segs = data.parts[0]
-                if len(segs) == 1:  # the usual case (SegmentedRows merges small segments)
-                    rb = data.row_nbytes
+                segs, rb = data.parts[0], data.row_nbytes  # one segment, as a rule (merged)
+                if len(segs) == 1:
                     add(segs[0].payload[off * rb : (off + n) * rb])
                 else:
                     add(data.row_bytes(off, off + n))
@@ -200,10 +199,6 @@ def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
                 add(chunk_row_bytes(chunk, off, off + n))
         out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
     return out
-
-
-_FIRST = itemgetter(0)
-_CHUNK = {Chunk}
 
 
 def _with_segments(batch: items_lib.SampleBatch) -> dict:
