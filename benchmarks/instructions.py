@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +54,6 @@ FULL_TABLE = 1_000
 
 def _child(workload: str, items: int, floor: bool, go: str) -> None:
     """Inside valgrind: set up, announce, wait for instrumentation, run the measured loop."""
-    import gc
-
     sys.path.insert(0, str(HERE))
     import floors
     import workloads as wl
@@ -77,27 +76,37 @@ def _child(workload: str, items: int, floor: bool, go: str) -> None:
     if workload != "W1F":
         client.reset("t")
     measured = steps[WARM_UP:]
+
+    def run() -> None:
+        if floor:
+            write(floors._NullWriter(), "t", measured)
+            floors._least_insert(measured, keep, 1)
+        else:
+            with client.trajectory_writer(keep) as w:
+                write(w, "t", measured)
+
+    _measure(run, go)
+
+
+def _measure(run: Callable[[], None], go: str) -> None:
+    """Freezes what exists, announces ``ready``, waits for ``go`` (instrumentation is on by
+    then), runs the measured loop and leaves at once: the interpreter's teardown (every
+    module, the server) would add millions of instructions to the count. callgrind still
+    writes its totals at exit."""
+    import gc
+
     gc.collect()
     gc.freeze()
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.1)
-    if floor:
-        write(floors._NullWriter(), "t", measured)
-        floors._least_insert(measured, keep, 1)
-    else:
-        with client.trajectory_writer(keep) as w:
-            write(w, "t", measured)
-    # Leave at once: the interpreter's teardown (every module, the server) would add millions
-    # of instructions to the count. callgrind still writes its totals at exit.
+    run()
     sys.stdout.flush()
     os._exit(0)
 
 
 def _child_w9(reverb, wl, workload: str, items: int, go: str) -> None:
     """W9/W9s: ``items`` vector steps of 16 environments through the batched observer."""
-    import gc
-
     length = 1 if workload == "W9" else wl.SEQ
     warm = WARM_UP // 10
     cols = wl.w9_steps(items + warm, wl.W9_ENVS, seed=9)
@@ -106,14 +115,7 @@ def _child_w9(reverb, wl, workload: str, items: int, go: str) -> None:
     observer = reverb.observers.BatchedTrajectoryObserver(client, "t", length, num_envs=wl.W9_ENVS)
     wl.write_w9_observer(observer, {k: v[:warm] for k, v in cols.items()})
     measured = {k: v[warm:] for k, v in cols.items()}
-    gc.collect()
-    gc.freeze()
-    print("ready", flush=True)
-    while not os.path.exists(go):
-        time.sleep(0.1)
-    wl.write_w9_observer(observer, measured)
-    sys.stdout.flush()
-    os._exit(0)
+    _measure(lambda: wl.write_w9_observer(observer, measured), go)
 
 
 def count(workload: str, items: int, floor: bool, src: str | None) -> float:
@@ -157,8 +159,12 @@ def count(workload: str, items: int, floor: bool, src: str | None) -> float:
     m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
     if m is None:
         raise RuntimeError(f"{workload}: no total in callgrind's output")
-    per = items * 16 if workload in ("W9", "W9s") else items  # W9: per environment step
-    return int(m.group(1)) / per
+    if workload in ("W9", "W9s"):  # per environment step
+        sys.path.insert(0, str(HERE))
+        import workloads as wl
+
+        items *= wl.W9_ENVS
+    return int(m.group(1)) / items
 
 
 def main() -> None:
