@@ -340,16 +340,21 @@ _TREE_OP = st.one_of(
     ),
     st.tuples(st.just("find"), st.floats(0, 1, exclude_max=True), st.booleans()),
     st.tuples(
-        st.just("find_many"), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=8)
+        st.just("find_many"), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40)
     ),
     st.tuples(st.just("clear")),
 )
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
-@given(capacity=st.integers(1, 20), ops=st.lists(_TREE_OP, max_size=40))
-def test_sum_tree_matches_prefix_sum_model(capacity, ops):
+@given(
+    capacity=st.integers(1, 20),
+    ops=st.lists(_TREE_OP, max_size=40),
+    jump=st.sampled_from([0, 1, 2, 3, SumTree.jump_levels]),
+)
+def test_sum_tree_matches_prefix_sum_model(capacity, ops, jump):
     tree = SumTree(capacity)
+    tree.jump_levels = jump  # levels find_many crosses at once and set_many rebuilds whole
     assert tree.capacity >= capacity
     model = np.zeros(0)
 
@@ -413,12 +418,14 @@ def test_sum_tree_matches_prefix_sum_model(capacity, ops):
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(
     weights=st.lists(st.floats(0, 1e6), min_size=1, max_size=200),
-    us=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20),
+    us=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40),
+    jump=st.sampled_from([0, 3, SumTree.jump_levels]),
 )
-def test_sum_tree_real_weights_find_lands_in_interval(weights, us):
+def test_sum_tree_real_weights_find_lands_in_interval(weights, us, jump):
     """With arbitrary float weights the answer is the right interval up to rounding."""
     w = np.array(weights)
     tree = SumTree(4)
+    tree.jump_levels = jump
     tree.set_many(np.arange(len(w)), w)
     total = w.sum()
     assert tree.total == pytest.approx(total, rel=1e-12, abs=1e-300)

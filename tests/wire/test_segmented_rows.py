@@ -45,6 +45,8 @@ def test_every_reader_sees_the_rows_sent(sizes, width, cut):
     assert data.row_bytes(lo, hi) == rows[lo:hi].tobytes()
     covered = data.covering(lo, hi - lo)
     assert sum(n for _, _, n in covered) == hi - lo
+    # The one payload a sample reply cuts rows from, while one segment holds every row.
+    assert data.flat == (rows.tobytes() if len(data.segments) == 1 else None)
     for seg in data.segments:  # re-sent verbatim to samplers: each must parse on its own
         again = codec.parse_segment(seg.raw, 2**31)
         np.testing.assert_array_equal(again.decode(), rows[seg.start : seg.start + seg.nrows])
@@ -70,6 +72,7 @@ def test_string_segments_are_not_merged():
     for words in (["a", "bb"], ["ccc"]):
         data.add(_segment(np.array(words, dtype=object), start))
         start += len(words)
+        assert data.flat is None  # a string payload is not rows of bytes
     assert len(data.segments) == 2
     assert list(data.rows(0, 3)) == [b"a", b"bb", b"ccc"]  # strings travel as bytes
 
@@ -81,3 +84,37 @@ def test_a_gap_or_another_dtype_is_refused():
         data.add(_segment(np.zeros((1, 2), np.float32), 3))
     with pytest.raises(protocol.DecodeError, match="differs"):
         data.add(_segment(np.zeros((1, 2), np.float64), 2))
+
+
+def test_sampled_rows_are_cut_from_each_chunks_payload():
+    """Over gRPC, chunks whose rows came in many requests hold one payload (``Chunk.raw``)
+    that sample replies cut rows from; every sampled row is the one written."""
+    import ostinato as reverb
+    from ostinato.core import items as items_lib
+
+    table = reverb.Table(
+        "t",
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=1000,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+    )
+    with reverb.Server([table]) as server:
+        client = reverb.Client(f"localhost:{server.port}", in_process=False)
+        with client.trajectory_writer(2) as w:
+            for i in range(300):  # every step its own request: segments merged as they come
+                w.append({"x": np.full(3, i, np.int32), "y": np.float64(i)})
+                if i:
+                    h = w.history
+                    w.create_item("t", 1.0, {"x": h["x"][-1], "y": h["y"][-2:]})
+                w.flush()
+        stored = server.tables_by_name["t"]._slots
+        chunks = {c for t in stored.traj if t is not None for c in items_lib.chunk_refs(t)}
+        assert chunks and all(c.raw is not None for c in chunks)
+        for c in chunks:
+            assert c.raw == c.data.as_array().astype(c.data.dtype.newbyteorder("<")).tobytes()
+        batch = client.sample_batch("t", batch_size=256, timeout=5.0)
+        x, y = batch.data  # the columns in sorted key order (the table has no signature)
+        np.testing.assert_array_equal(x, np.repeat(x[:, :1], 3, axis=1))
+        np.testing.assert_array_equal(y[:, 1], x[:, 0])
+        np.testing.assert_array_equal(y[:, 0], x[:, 0] - 1)

@@ -62,6 +62,11 @@ class Chunk:
         larger array that other chunks of the same column share (a writer carves the chunks of
         a column of small rows out of blocks): batch assembly gathers the rows of many items of
         one block with a single ``take``. ``None`` otherwise.
+      raw: every row so far as one payload of raw little-endian C-order bytes, when the row
+        source holds them so (rows received over the network), else ``None``: a sample reply
+        cuts an item's rows out of it without visiting the row source (on a big table each
+        object visited is a cache miss). Set by whoever adds rows; it may lag behind them, but
+        always covers the rows of every item stored.
     """
 
     __slots__ = (
@@ -72,6 +77,7 @@ class Chunk:
         "_nbytes",
         "spec",
         "origin",
+        "raw",
         "_store",
         "_counted",
     )
@@ -91,6 +97,7 @@ class Chunk:
         self.refs = 0
         self.spec = spec
         self.origin = origin
+        self.raw: bytes | None = None
         if nbytes is None:
             nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
         self._nbytes = nbytes

@@ -361,8 +361,14 @@ class Slots:
         start = np.maximum.accumulate(np.where(first, ar, 0))
         rank = np.empty(k, dtype=np.int64)
         rank[order] = ar - start
-        np.add.at(times, slots, 1)
-        return old + rank + 1, int(((old == 0) & (rank == 0)).sum())
+        new = old + rank + 1
+        # Each slot's count after the batch: its last (highest-ranked) sample's, written once
+        # per distinct slot (cheaper than np.add.at).
+        last = np.empty(k, dtype=bool)
+        last[:-1] = first[1:]
+        last[-1] = True
+        times[s_sorted[last]] = new[order][last]
+        return new, int(((old == 0) & (rank == 0)).sum())
 
     def sample_batch(
         self, slots: np.ndarray, probabilities: np.ndarray, times_sampled: np.ndarray

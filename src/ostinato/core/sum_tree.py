@@ -16,6 +16,12 @@ import numpy as np
 class SumTree:
     """Non-negative weights per slot with prefix-sum search."""
 
+    #: :meth:`find_many` reaches the nodes this many levels below the root in one step: a
+    #: prefix sum over that level's (at most 1,024) nodes and a binary search, instead of one
+    #: vectorised step per level (each several numpy calls); :meth:`set_many` recomputes
+    #: these top levels whole, with one slice per level.
+    jump_levels = 10
+
     def __init__(self, capacity: int = 1024):
         cap = 1
         while cap < max(1, capacity):
@@ -90,16 +96,22 @@ class SumTree:
         values = np.asarray(values, dtype=np.float64)
         t = self._tree
         leaf = slots + self._cap
-        if len(leaf) > 1 and len(np.unique(leaf)) != len(leaf):
+        if len(leaf) > 1 and _repeats(leaf):
             rev = leaf[::-1]
             leaf, first = np.unique(rev, return_index=True)
             values = values[::-1][first]
         t[leaf] = values
-        anc = leaf >> self._shifts  # (depth, m): parents, grandparents, ..., root
+        top = min(self._depth, self.jump_levels)
+        anc = leaf >> self._shifts[: self._depth - top]  # parents, ... up to level ``top``
         left = anc << 1
         right = left + 1
-        for lvl in range(self._depth):
+        for lvl in range(self._depth - top):
             t[anc[lvl]] = t[left[lvl]] + t[right[lvl]]
+        n = 1 << top  # the levels above: every node, one slice per level
+        while n > 1:
+            half = n // 2
+            t[half:n] = t[n : 2 * n : 2] + t[n + 1 : 2 * n : 2]
+            n = half
 
     def set_leaves_and_rebuild(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Sets many leaves (the last value wins for a repeated slot), then recomputes every
@@ -144,14 +156,47 @@ class SumTree:
         return i - cap
 
     def find_many(self, targets: np.ndarray) -> np.ndarray:
-        """Vectorised :meth:`find` for a batch of targets."""
+        """Vectorised :meth:`find` for a batch of targets.
+
+        The top :attr:`jump_levels` levels are crossed at once: node ``lo + i`` of level
+        ``jump`` holds the targets in ``[prefix[i], prefix[i + 1])``, found by binary search
+        in the level's prefix sums (the intervals the descent would find, as in :meth:`find`:
+        a zero-weight node has an empty one); the rest is descended level by level.
+        Rounding may put a target at an interval's edge into its neighbour, or at the end into
+        the last node, as the descent's own subtractions may: callers redraw zero-weight hits.
+        """
         t = self._tree
-        idx = np.ones(len(targets), dtype=np.int64)
-        targets = targets.copy()
-        for _ in range(self._depth):
+        order = None
+        if len(targets) > 16:  # in order, the descent reads the tree's memory in order
+            order = np.argsort(targets)
+            targets = targets[order]
+        jump = min(self._depth, self.jump_levels)
+        if jump:
+            lo = 1 << jump
+            prefix = np.zeros(lo + 1)
+            np.cumsum(t[lo : 2 * lo], out=prefix[1:])
+            pos = np.searchsorted(prefix[1:], targets, side="right")
+            np.minimum(pos, lo - 1, out=pos)
+            targets = targets - prefix[pos]
+            idx = pos + lo
+        else:
+            idx = np.ones(len(targets), dtype=np.int64)
+            targets = targets.copy()
+        for _ in range(self._depth - jump):
             left = idx * 2
             lv = t[left]
             right = targets >= lv
             targets -= np.where(right, lv, 0.0)
             idx = left + right
-        return idx - self._cap
+        idx -= self._cap
+        if order is None:
+            return idx
+        out = np.empty_like(idx)
+        out[order] = idx  # each target's slot in the caller's order
+        return out
+
+
+def _repeats(values: np.ndarray) -> bool:
+    """Whether some value occurs twice (a sort: cheaper than ``np.unique`` for a batch)."""
+    s = np.sort(values)
+    return bool((s[1:] == s[:-1]).any())

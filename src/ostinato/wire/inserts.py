@@ -229,6 +229,7 @@ class InsertSession:
                 )
                 chunks[seg.key] = c
             c.data.add(seg)
+            c.raw = c.data.flat  # after the rows: it covers every item stored later
             c.nbytes += len(seg.payload)
             self._held += len(seg.payload)
 

@@ -37,6 +37,7 @@ numbers, strings, booleans, None and nested maps -- and bounds its size.
 from __future__ import annotations
 
 import dataclasses
+import math
 from operator import itemgetter
 from typing import Any
 
@@ -182,19 +183,16 @@ def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
         if spec is None or spec[0].kind == "O":
             return None
         n = t0[b + 2]
+        rb = spec[0].itemsize * math.prod(spec[1])
         parts: list[bytes] = []
         add = parts.append
         for t in trajs:
             chunk, off, ln = t[b], t[b + 1], t[b + 2]
             if ln != n or (chunk.spec is not spec and chunk.spec != spec):
                 return None
-            data = chunk.data
-            if type(data) is SegmentedRows:  # rows received over the network
-                segs, rb = data.parts[0], data.row_nbytes  # one segment, as a rule (merged)
-                if len(segs) == 1:
-                    add(segs[0].payload[off * rb : (off + n) * rb])
-                else:
-                    add(data.row_bytes(off, off + n))
+            raw = chunk.raw  # rows received over the network, in one segment as a rule
+            if raw is not None:
+                add(raw[off * rb : (off + n) * rb])
             else:
                 add(chunk_row_bytes(chunk, off, off + n))
         out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
