@@ -72,8 +72,11 @@ class InsertSink(Protocol):
     def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None: ...
 
 
-#: Items a :class:`Delivery` holds before it inserts them into their table in one call.
-HOLD_ITEMS = 64
+#: Items a :class:`Delivery` holds before it inserts them into their table in one call. A
+#: batch insert costs a table about 17 us plus 1 us per item (W9's items): 256 spend 6% of it
+#: on the batch where 64 spent 20% (embedded W9 -13%, W1 -6% per item against 64). A slow
+#: writer's items still wait at most :data:`HOLD_SECONDS`.
+HOLD_ITEMS = 256
 #: Longest an item is held (seconds) before it is inserted, whatever the writer does next.
 HOLD_SECONDS = 0.002
 
