@@ -18,6 +18,7 @@ from typing import Any
 
 from ostinato import validate
 from ostinato.argtypes import positive, read_pem
+from ostinato.gc_pauses import DEFAULT_UNFREEZE_EVERY, keep_gc_pauses_short
 from ostinato.server_config import ConfigError, load_config, server_settings, tables_from_config
 
 __all__ = [
@@ -137,6 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve Prometheus metrics on this port (needs ostinato[metrics])",
     )
+    p.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="keep the garbage collector's default behaviour (by default what survives each "
+        "full collection is frozen, so that later ones stay short: see ostinato.gc_pauses)",
+    )
+    p.add_argument(
+        "--gc-unfreeze-every",
+        type=positive(float),
+        default=DEFAULT_UNFREEZE_EVERY,
+        metavar="SECONDS",
+        help="seconds between unfreezes, each followed by one full collection of every object "
+        f"(default {DEFAULT_UNFREEZE_EVERY:g})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--log-level",
@@ -234,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     # process managers and the tests do) stops the server gracefully, never kills it outright.
     if server.metrics_port is not None:
         _log.info("Prometheus metrics on port %d", server.metrics_port)
+    if not args.no_gc_freeze:
+        keep_gc_pauses_short(args.gc_unfreeze_every)
     print(f"ostinato-server listening on port {server.port}", flush=True)
     while not server.wait(0.5):
         pass

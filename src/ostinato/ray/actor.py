@@ -212,6 +212,10 @@ class ShardServer:
         self._server = server
         self._address = format_address(advertised, server.port)
         self._started = time.time()
+        # The actor's process exists to serve: keep full garbage collections short.
+        from ostinato.gc_pauses import keep_gc_pauses_short
+
+        keep_gc_pauses_short()
         _log.info(
             "replay shard %d/%d serving at %s%s",
             index,
