@@ -166,6 +166,13 @@ def serve_main(impl: str, spec_json: str) -> int:
     tables = [wl.build_table(reverb, s) for s in json.loads(spec_json)]
     # ostinato: port 0 = a free port (on localhost); reverb: None = portpicker.
     server = reverb.Server(tables=tables, port=0 if impl == "ostinato" else None)
+    if impl == "ostinato":
+        try:  # what ostinato-server does by default (trees before session 34 lack it)
+            from ostinato.gc_pauses import keep_gc_pauses_short
+        except ImportError:
+            pass
+        else:
+            keep_gc_pauses_short()
     print(f"PORT {server.port}", flush=True)
     try:
         sys.stdin.read()
