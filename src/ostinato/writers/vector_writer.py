@@ -356,9 +356,10 @@ class VectorTrajectoryWriter(StreamWriter):
             if sel_list is None:
                 sel_list = sel.tolist()
             got = shared.get((lanes_c.rows, -back))
-            if got is None:
-                offs = lanes_c.pos[sel] - lanes_c.start[sel] - back
-                got = shared[lanes_c.rows, -back] = (offs.tolist(), np.count_nonzero(offs < 0))
+            if got is None:  # every lane's offset, then the selected ones (list work, no numpy)
+                every = (lanes_c.pos - lanes_c.start - back).tolist()
+                offs_sel = list(map(every.__getitem__, sel_list))
+                got = shared[lanes_c.rows, -back] = (offs_sel, min(offs_sel) < 0)
             off_list, behind = got
             ch = lanes_c.chunk
             if not behind:  # in each lane's current chunk
