@@ -1,7 +1,20 @@
+import tempfile
+
 import numpy as np
 import pytest
 
 import ostinato as reverb
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_under_pytests_basetemp(tmp_path_factory):
+    """Temporary files of this process (e.g. the temporary-directory checkpointer Reverb's API
+    falls back to) go under pytest's base temp, which pytest prunes, instead of piling up in
+    /tmp. Child processes keep the environment's TMPDIR."""
+    old = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    tempfile.tempdir = old
 
 
 @pytest.fixture()

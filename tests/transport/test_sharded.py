@@ -95,8 +95,13 @@ def test_sampling_leaves_out_a_shard_that_went_away(make_server):
     assert time.monotonic() - t0 < 15
 
 
-def test_calls_to_every_shard_are_made_concurrently_over_the_network(make_server):
-    servers = [make_server(_table()) for _ in range(4)]
+def test_calls_to_every_shard_are_made_concurrently_over_the_network(make_server, tmp_path):
+    servers = [
+        make_server(
+            _table(), checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path / str(i)))
+        )
+        for i in range(4)
+    ]
     client = reverb.Client([f"localhost:{s.port}" for s in servers], in_process=False)
     client.insert(np.int64(1), {"t": 1.0})
     assert client.server_info()["t"].current_size == 1
