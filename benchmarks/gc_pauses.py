@@ -2,11 +2,12 @@
 """Garbage-collector pauses of a server process holding a big table, with and without
 ``ostinato.gc_pauses.keep_gc_pauses_short`` (what ``ostinato-server`` does by default).
 
-A server process (one ``uniform`` table, ``max_size`` 2,000,000) receives ``--items`` W1
-items (default 1,500,000) from one networked trajectory writer in this process, while a second
-client asks ``server_info()`` every 10 ms. The server times each full (generation 2)
-collection with ``gc.callbacks``. Reported per run: items/s, ``server_info`` latency p50 /
-p99 / max, full collections, their total and longest time, and the young collections' total.
+A server process (one ``uniform`` table of ``workloads.py``, ``max_size`` 2,000,000)
+receives ``--items`` W1 items (default 1,500,000) from one networked trajectory writer in
+this process, while a second client asks ``server_info()`` every 10 ms. The server times
+each full (generation 2) collection with ``gc.callbacks``. Reported per run: items/s,
+``server_info`` latency p50 / p99 / max, full collections, their total and longest time,
+and the young collections' total.
 The two modes alternate, ``--rounds`` times each, each run in a fresh server process.
 
     python benchmarks/gc_pauses.py --rounds 2 --json benchmarks/results_gc_pauses.json
@@ -46,13 +47,7 @@ def _server(port: int, freeze: bool, ready: Any, done: Any) -> None:
             took[info["generation"]].append(time.perf_counter() - started[0])
 
     gc.callbacks.append(timer)  # before the policy's: its freeze is not timed
-    table = reverb.Table(
-        "t",
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        2_000_000,
-        reverb.rate_limiters.MinSize(1),
-    )
+    table = wl.build_table(reverb, wl.table_spec("uniform", "t", max_size=2_000_000))
     server = reverb.Server([table], port=port)
     if freeze:
         keep_gc_pauses_short()
