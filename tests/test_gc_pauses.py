@@ -144,3 +144,34 @@ def test_server_cli_flags():
     assert args.no_gc_freeze and args.gc_unfreeze_every == 30.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--config", "c.pbtxt", "--gc-unfreeze-every", "0"])
+
+
+def test_gc_figures_are_exported_while_installed():
+    pytest.importorskip("prometheus_client")
+    got = _run(
+        """
+        import gc, json, urllib.request
+        import ostinato as reverb
+        from ostinato.gc_pauses import keep_gc_pauses_short
+
+        server = reverb.Server([reverb.Table.queue("q", 10)], metrics_port=0)
+        url = f"http://localhost:{server.metrics_port}/metrics"
+        before = urllib.request.urlopen(url, timeout=10).read().decode()
+        keep_gc_pauses_short(unfreeze_every=None)
+        gc.collect()
+        after = urllib.request.urlopen(url, timeout=10).read().decode()
+        values = {
+            line.split()[0]: float(line.split()[1])
+            for line in after.splitlines()
+            if line.startswith("ostinato_gc_")
+        }
+        server.stop()
+        print(json.dumps({"before": "ostinato_gc_" in before, "values": values}))
+        """
+    )
+    assert not got["before"]  # nothing to report before the policy is installed
+    v = got["values"]
+    assert v["ostinato_gc_full_collections_total"] >= 1  # ours (the install's is not counted)
+    assert v["ostinato_gc_full_collection_seconds_total"] > 0
+    assert v["ostinato_gc_longest_full_collection_seconds"] > 0
+    assert v["ostinato_gc_frozen_objects"] > 0

@@ -139,7 +139,16 @@ ALLOWED: dict[str, set[str]] = {
         "validate",
     },
     # the server and its operation
-    "ops": {"argtypes", "client", "core", "errors", "transport", "ostinato", "validate"},
+    "ops": {
+        "argtypes",
+        "client",
+        "core",
+        "errors",
+        "gc_pauses",
+        "transport",
+        "ostinato",
+        "validate",
+    },
     "server": {"checkpointers", "client", "core", "ops", "transport", "wire", "errors", "validate"},
     "server_config": {"core", "errors", "rate_limiters", "selectors", "validate"},
     "server_cli": {"argtypes", "checkpointers", "gc_pauses", "server", "server_config", "validate"},

@@ -102,6 +102,11 @@ class GcPauses:
         gc.unfreeze()
 
 
+def active() -> GcPauses | None:
+    """The policy installed in this process, if any."""
+    return _active
+
+
 def keep_gc_pauses_short(unfreeze_every: float | None = DEFAULT_UNFREEZE_EVERY) -> GcPauses:
     """Freezes what survives each full garbage collection of this process (see the module
     docstring); returns the policy (the one already installed, if any).

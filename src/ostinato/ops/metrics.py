@@ -23,6 +23,7 @@ from typing import Any
 
 from ostinato import validate
 from ostinato.core.client_stats import CLIENT
+from ostinato.ops.gc_metrics import GC_METRICS, GcCollector
 
 #: (field of ``metrics()["tables"][name]``, metric name, type, help); label ``table``.
 TABLE_METRICS: tuple[tuple[str, str, str, str], ...] = (
@@ -182,6 +183,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "The table's sampler and remover (value 1).",
     ),
     **{n: (k, (), h) for _, n, k, h in SERVER_METRICS},
+    **{n: (k, (), h) for _, n, k, h in GC_METRICS},
     "ostinato_server_requests": (
         "counter",
         ("method", "status"),
@@ -406,6 +408,7 @@ def registry(server: Any = None, process: bool = True) -> Any:
         pc.ProcessCollector(registry=reg)
         pc.PlatformCollector(registry=reg)
         pc.GCCollector(registry=reg)
+        reg.register(GcCollector())
     return reg
 
 
