@@ -175,3 +175,23 @@ def test_gc_figures_are_exported_while_installed():
     assert v["ostinato_gc_full_collection_seconds_total"] > 0
     assert v["ostinato_gc_longest_full_collection_seconds"] > 0
     assert v["ostinato_gc_frozen_objects"] > 0
+
+
+@pytest.mark.parametrize(
+    ("how", "env", "installed"),
+    [("wait()", "1", True), ("wait()", "0", False), ("wait(5)", "1", False)],
+)
+def test_a_server_script_that_waits_for_good_keeps_pauses_short(how, env, installed):
+    """``server.wait()`` with no timeout (the end of a replay-server script) installs the
+    policy unless ``OSTINATO_GC_FREEZE=0``; a bounded wait does not."""
+    code = f"""
+        import json, os, threading
+        import ostinato as reverb
+        from ostinato import gc_pauses
+        os.environ["OSTINATO_GC_FREEZE"] = "{env}"
+        server = reverb.Server([reverb.Table.queue("q", 10)])
+        threading.Timer(0.5, server.stop).start()
+        server.{how}
+        print(json.dumps({{"installed": gc_pauses.active() is not None}}))
+        """
+    assert _run(code) == {"installed": installed}

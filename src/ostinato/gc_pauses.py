@@ -22,9 +22,10 @@ What freezing changes, and what it does not:
   unfrozen, so the next full collection visits all of it once -- one long pause per interval
   instead of one per quarter's growth -- frees those cycles and freezes the rest again.
 
-It is process-wide: ``ostinato-server`` (``--no-gc-freeze`` turns it off) and Ray shard
-processes use it; an embedded server inside a user's program does not, since it would freeze
-the program's objects too.
+It is process-wide: ``ostinato-server`` (``--no-gc-freeze`` turns it off), Ray shard
+processes and ``Server.wait()`` with no timeout (the end of a dedicated replay-server script;
+``OSTINATO_GC_FREEZE=0`` turns it off) use it. An embedded server that the program does not
+wait on for good does not, since it would freeze the program's other objects too.
 """
 
 from __future__ import annotations

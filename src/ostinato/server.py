@@ -333,7 +333,17 @@ class Server:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Blocks until :meth:`stop` is called (or ``timeout`` seconds pass). Returns True if
-        stopped."""
+        stopped.
+
+        Waiting with no timeout hands the calling thread to the server for good, as a
+        dedicated replay-server script does (``server.wait()`` at its end): the process then
+        keeps full garbage collections short, as ``ostinato-server`` does
+        (:func:`ostinato.gc_pauses.keep_gc_pauses_short`), unless the environment variable
+        ``OSTINATO_GC_FREEZE`` is ``0``."""
+        if timeout is None and os.environ.get("OSTINATO_GC_FREEZE", "1") != "0":
+            from ostinato.gc_pauses import keep_gc_pauses_short
+
+            keep_gc_pauses_short()
         try:
             return self._stopped.wait(timeout)
         except KeyboardInterrupt:
