@@ -19,6 +19,7 @@ never through ``chunk.data`` directly, so both forms work everywhere.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -148,8 +149,14 @@ def chunk_row_bytes(chunk: Chunk, start: int, stop: int) -> bytes:
     data = chunk.data
     if isinstance(data, np.ndarray):
         rows = data[start:stop]
-        return np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False).tobytes()
+        if rows.dtype.byteorder in _NOT_LITTLE:
+            rows = rows.astype(rows.dtype.newbyteorder("<"))
+        return rows.tobytes()  # C order, whatever the strides
     return data.row_bytes(start, stop)
+
+
+#: Byte orders of dtypes whose bytes are not little-endian as they are ("|": single bytes).
+_NOT_LITTLE = frozenset({">", "="} if sys.byteorder == "big" else {">"})
 
 
 def chunk_spec(chunk: Chunk) -> tuple[Any, ...]:
