@@ -343,23 +343,25 @@ class VectorTrajectoryWriter(StreamWriter):
         sel_list: list[int] | None = None  # made when a column needs it
         # Offsets per (rows per chunk, steps back): columns with as many rows per chunk fill
         # and close their lanes' chunks at the same steps (see Lanes), so their offsets agree.
-        shared: dict[tuple[int, int], Any] = {}
+        shared: dict[tuple[int, int], list[int]] = {}  # every lane's offset
+        # The selected lanes' offsets, and whether some reach back into closed chunks.
+        chosen: dict[tuple[int, int], tuple[list[int], bool]] = {}
         for c in cols:
             lanes_c = c.lanes
             back = c.back
+            key = (lanes_c.rows, back)
+            every = shared.get(key)
+            if every is None:
+                every = shared[key] = (lanes_c.pos - lanes_c.start - back).tolist()
             if lanes is None and back <= lanes_c.minfill:  # in every lane's current chunk
-                off = shared.get((lanes_c.rows, back))
-                if off is None:
-                    off = shared[lanes_c.rows, back] = (lanes_c.pos - lanes_c.start - back).tolist()
-                parts += (lanes_c.chunk, off, repeat(c.length, count))
+                parts += (lanes_c.chunk, every, repeat(c.length, count))
                 continue
             if sel_list is None:
                 sel_list = sel.tolist()
-            got = shared.get((lanes_c.rows, -back))
-            if got is None:  # every lane's offset, then the selected ones (list work, no numpy)
-                every = (lanes_c.pos - lanes_c.start - back).tolist()
+            got = chosen.get(key)
+            if got is None:  # list work, no numpy
                 offs_sel = list(map(every.__getitem__, sel_list))
-                got = shared[lanes_c.rows, -back] = (offs_sel, min(offs_sel) < 0)
+                got = chosen[key] = (offs_sel, min(offs_sel) < 0)
             off_list, behind = got
             ch = lanes_c.chunk
             if not behind:  # in each lane's current chunk
