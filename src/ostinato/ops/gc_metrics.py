@@ -53,10 +53,6 @@ class GcCollector:
         policy = active()
         if policy is None:
             return
-        stats = policy.stats()
-        for field, name, kind, doc in GC_METRICS:
-            m = self._pc.metrics_core
-            family = m.CounterMetricFamily if kind == "counter" else m.GaugeMetricFamily
-            fam = family(name, doc, labels=[])
-            fam.add_metric([], float(stats[field]))
-            yield fam
+        from ostinato.ops.metrics import scalar_families
+
+        yield from scalar_families(self._pc, GC_METRICS, policy.stats())

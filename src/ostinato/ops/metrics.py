@@ -272,6 +272,19 @@ def _num(v: Any) -> float | None:
         return None
 
 
+def scalar_families(
+    pc: Any, table: tuple[tuple[str, str, str, str], ...], values: dict[str, Any]
+) -> Iterator[Any]:
+    """One unlabelled family per ``(field, name, type, help)`` row of ``table`` whose field
+    has a number in ``values``."""
+    for field, name, kind, doc in table:
+        v = _num(values.get(field))
+        if v is not None:
+            fam = _family(pc, kind, name, doc, [])
+            fam.add_metric([], v)
+            yield fam
+
+
 def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
     """Metric families of one ``server.metrics()`` dict."""
     tables = values.get("tables", {})
@@ -291,12 +304,7 @@ def server_families(pc: Any, values: dict[str, Any]) -> Iterator[Any]:
         )
     yield info
     server = values.get("server") or {}
-    for field, name, kind, doc in SERVER_METRICS:
-        v = _num(server.get(field))
-        if v is not None:
-            fam = _family(pc, kind, name, doc, [])
-            fam.add_metric([], v)
-            yield fam
+    yield from scalar_families(pc, SERVER_METRICS, server)
     req = pc.metrics_core.CounterMetricFamily(
         "ostinato_server_requests",
         METRICS["ostinato_server_requests"][2],
