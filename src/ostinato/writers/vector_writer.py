@@ -349,19 +349,19 @@ class VectorTrajectoryWriter(StreamWriter):
         for c in cols:
             lanes_c = c.lanes
             back = c.back
-            key = (lanes_c.rows, back)
-            every = shared.get(key)
+            group = (lanes_c.rows, back)
+            every = shared.get(group)
             if every is None:
-                every = shared[key] = (lanes_c.pos - lanes_c.start - back).tolist()
+                every = shared[group] = (lanes_c.pos - lanes_c.start - back).tolist()
             if lanes is None and back <= lanes_c.minfill:  # in every lane's current chunk
                 parts += (lanes_c.chunk, every, repeat(c.length, count))
                 continue
             if sel_list is None:
                 sel_list = sel.tolist()
-            got = chosen.get(key)
+            got = chosen.get(group)
             if got is None:  # list work, no numpy
                 offs_sel = list(map(every.__getitem__, sel_list))
-                got = chosen[key] = (offs_sel, min(offs_sel) < 0)
+                got = chosen[group] = (offs_sel, min(offs_sel) < 0)
             off_list, behind = got
             ch = lanes_c.chunk
             if not behind:  # in each lane's current chunk
