@@ -39,3 +39,13 @@ def test_numbers():
     assert validate.non_negative_number("x", 2) == 2.0
     with pytest.raises(ValueError, match=r"^x \(nan\) must be a finite number >= 0$"):
         validate.non_negative_number("x", float("nan"))
+
+
+def test_positive_number():
+    assert validate.positive_number("x", np.float32(0.5)) == 0.5
+    assert validate.positive_number("x", None, none_ok=True) is None
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match=r"^x \(.*\) must be a finite number > 0$"):
+            validate.positive_number("x", bad)
+    with pytest.raises(ValueError, match=r"must be None or a finite number > 0$"):
+        validate.positive_number("x", 0, none_ok=True)

@@ -31,12 +31,11 @@ wait on for good does not, since it would freeze the program's other objects too
 from __future__ import annotations
 
 import gc
-import math
 import threading
 import time
 from typing import Any
 
-from ostinato.validate import is_real
+from ostinato.validate import positive_number
 
 #: Seconds between unfreezes (then one full collection visits every object once).
 DEFAULT_UNFREEZE_EVERY = 600.0
@@ -120,12 +119,7 @@ def keep_gc_pauses_short(unfreeze_every: float | None = DEFAULT_UNFREEZE_EVERY) 
     Raises:
       ValueError: ``unfreeze_every`` is not a positive number.
     """
-    if unfreeze_every is not None:
-        if not is_real(unfreeze_every) or not math.isfinite(unfreeze_every) or unfreeze_every <= 0:
-            raise ValueError(
-                f"unfreeze_every ({unfreeze_every!r}) must be None or a finite number > 0"
-            )
-        unfreeze_every = float(unfreeze_every)
+    unfreeze_every = positive_number("unfreeze_every", unfreeze_every, none_ok=True)
     global _active
     with _lock:
         if _active is not None:

@@ -94,3 +94,19 @@ def non_negative_number(name: str, value: Any) -> float:
     if not is_real(value) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
     return float(value)
+
+
+def positive_number(name: str, value: Any, *, none_ok: bool = False) -> Any:
+    """``value`` as a finite ``float`` > 0 (or ``None`` when ``none_ok`` and it is ``None``).
+
+    Raises:
+      ValueError: ``"{name} ({value!r}) must be a finite number > 0"`` (``"... must be None or
+        a finite number > 0"`` when ``none_ok``).
+    """
+    if value is None and none_ok:
+        return None
+    if not is_real(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"{name} ({value!r}) must be {'None or ' if none_ok else ''}a finite number > 0"
+        )
+    return float(value)
