@@ -63,9 +63,12 @@ class InsertStream:
     one. Every method is called with the connection's lock (``cv``) held unless it says not.
     """
 
-    def __init__(self, transport: Any, cv: threading.Condition):
+    def __init__(self, transport: Any, cv: threading.Condition, lock: Any):
         self._t = transport
-        self._cv = cv
+        self._cv = cv  # writers wait on it: for acks (room, flush) and errors
+        # The request generator waits on a condition of its own (over the same lock): an ack
+        # then wakes only the writers waiting for it, not the generator too.
+        self._send = threading.Condition(lock)
         self._max_requests = transport.options.max_in_flight_requests
         # Monitoring (ostinato.ops.metrics.client_metrics): items pending, read when asked,
         # and each request's confirmation latency.
@@ -99,7 +102,12 @@ class InsertStream:
         if was_empty:
             # Only the request generator waits for queued items, and only while the queue is
             # empty: waking it for every item would cost a thread switch per item.
-            self._cv.notify_all()
+            self._send.notify()
+
+    def _wake(self) -> None:
+        """Wakes every thread waiting on the stream: writers and the request generator."""
+        self._cv.notify_all()
+        self._send.notify_all()
 
     def leave(self, share: Share) -> tuple[int, bool]:
         """``share``'s writer closed: drops its unsent items. Returns (how many, whether that
@@ -109,7 +117,7 @@ class InsertStream:
         last = self.live_writers() == 0
         if last:
             self.retired = True
-        self._cv.notify_all()
+        self._wake()
         return dropped, last
 
     def stop(self) -> None:
@@ -136,7 +144,7 @@ class InsertStream:
             if share.error is None and not share.closed:
                 share.error = failure
         self._encoder.sent_rows.clear()
-        self._cv.notify_all()
+        self._wake()
 
     # -- the call, and reconnecting (in the stream's thread, lock NOT held) ----------------------
     def _run(self) -> None:
@@ -238,9 +246,9 @@ class InsertStream:
                             # next item opens a new one and resends whatever rows it needs.
                             self._idle_closed = True
                             stop.set()
-                            self._cv.notify_all()
+                            self._wake()
                             return
-                    self._cv.wait(0.2)
+                    self._send.wait(0.2)
                 idle_since = None
                 if stop.is_set():
                     return
@@ -271,7 +279,7 @@ class InsertStream:
                     out.queue.extendleft(reversed(rest))
                 if stop.is_set():  # the call ended meanwhile: the items go out on the next one
                     out.unsent(batch)
-                    self._cv.notify_all()
+                    self._wake()
                     return
                 out.sent(batch, ring_cost)
             yield msg
@@ -288,7 +296,7 @@ class InsertStream:
         stream's state (rows sent, requests in flight) can be reset safely."""
         with self._cv:
             stop.set()
-            self._cv.notify_all()
+            self._wake()
             while self._out.n_encoding:
                 self._cv.wait(0.05)
 
@@ -298,8 +306,11 @@ class InsertStream:
             for raw in call:
                 n = protocol.parse_insert_ack(raw)
                 with self._cv:
-                    self._encoder.release(self._out.acked(n))
-                    self._cv.notify_all()
+                    out = self._out
+                    self._encoder.release(out.acked(n))
+                    self._cv.notify_all()  # writers waiting for room or for their flush
+                    if out.queue:  # the generator may wait for a request slot
+                        self._send.notify()
         except grpc.RpcError as e:
             reason = shm_refusal(e)
             if reason is not None:
@@ -318,7 +329,7 @@ class InsertStream:
         finally:
             stop.set()
             with self._cv:
-                self._cv.notify_all()
+                self._wake()
 
 
 class InsertStreams:
@@ -326,7 +337,8 @@ class InsertStreams:
 
     def __init__(self, transport: Any):
         self._t = transport
-        self.cv = threading.Condition()
+        self._lock = threading.RLock()
+        self.cv = threading.Condition(self._lock)
         self._by_table: dict[str, list[InsertStream]] = {}
 
     def join(self, table: str, share: Share) -> InsertStream:
@@ -337,7 +349,7 @@ class InsertStreams:
             if s.live_writers() < self._t.options.writers_per_stream:
                 s.join(share)
                 return s
-        s = InsertStream(self._t, self.cv)
+        s = InsertStream(self._t, self.cv, self._lock)
         streams.append(s)
         s.join(share)
         return s
