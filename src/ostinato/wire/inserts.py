@@ -371,6 +371,27 @@ class InsertSession:
             raise DecodeError("an item needs a non-empty list of columns")
         if not isinstance(sq, list) or len(sq) != len(cols):
             raise DecodeError("an item needs one squeeze flag per column")
+        squeeze = items_lib.intern_squeeze(sq)
+        # Fast path: every column one slice of a known chunk, checked as it is copied.
+        flat: list[Any] = []
+        for col, s in zip(cols, squeeze):
+            if type(col) is not list or len(col) != 3:
+                break
+            ck, off, ln = col
+            c = chunks.get(ck) if type(ck) is int else None
+            if (
+                c is None
+                or type(off) is not int
+                or type(ln) is not int
+                or off < 0
+                or ln < 1
+                or off + ln > c.data.end
+                or (s and ln != 1)
+            ):
+                break
+            flat += (c, off, ln)
+        else:
+            return tuple(flat), squeeze
         columns: list[Any] = []
         for col in cols:
             if type(col) is list and len(col) == 3:  # fast path: one slice
@@ -409,7 +430,6 @@ class InsertSession:
                     )
                 slices.append((c, off, ln))
             columns.append(slices)
-        squeeze = items_lib.intern_squeeze(sq)
         for s, col in zip(squeeze, columns):
             if s and (len(col) != 1 or col[0][2] != 1):
                 raise DecodeError("a squeezed column must hold exactly one row")
