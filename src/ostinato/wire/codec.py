@@ -149,6 +149,10 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryvi
             if not isinstance(x, (bytes, str)):  # writers only store bytes (chunker.to_array)
                 raise ValueError(f"object rows may hold only bytes or str, got {type(x).__name__}")
         payload = pack(items)
+    elif rows.nbytes < COMPRESS_MIN_BYTES:
+        # Small rows (a step's scalars and short vectors): one copy to bytes is cheaper than
+        # a view, and never compressed.
+        return RAW, rows.astype(rows.dtype.newbyteorder("<"), order="C", copy=False).tobytes()
     else:
         arr = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False)
         payload = memoryview(arr.reshape(-1)).cast("B")
