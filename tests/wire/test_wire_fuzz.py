@@ -113,6 +113,23 @@ def test_segment_round_trip(data, compress, key, episode, start):
         assert out.tobytes() == expect.tobytes()  # bit-exact (NaN payloads, -0.0)
 
 
+@pytest.mark.parametrize(
+    "rows",
+    [
+        np.arange(8, dtype=np.float32).reshape(1, 8),  # small: sent as one bytes copy
+        np.arange(6, dtype=">i4").reshape(3, 2),  # big-endian
+        np.arange(32, dtype=np.float64).reshape(4, 8)[:, ::2],  # strided
+        np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),  # Fortran order
+        np.arange(4096, dtype=">f4").reshape(2, 2048)[:, ::2],  # large, strided, big-endian
+    ],
+    ids=["small", "big-endian", "strided", "fortran", "large-strided-big-endian"],
+)
+def test_raw_segments_are_little_endian_c_order_rows(rows):
+    c, payload = codec.encode_rows(rows, compress=False)
+    assert c == codec.RAW
+    assert bytes(payload) == np.ascontiguousarray(rows, rows.dtype.newbyteorder("<")).tobytes()
+
+
 def test_compressible_segments_are_compressed_and_round_trip():
     for rows in (
         np.zeros((500, 4), np.float32),
