@@ -189,3 +189,47 @@ def test_paced_and_unpaced_saves_are_identical(make_server, tmp_path, share):
     )
     assert len(s2.tables_by_name["t"]) == len(s1.tables_by_name["t"]) > 600
     assert state(s2.tables_by_name["t"]) == state(s1.tables_by_name["t"])
+
+
+def test_restored_numeric_chunks_keep_one_payload_and_sample_remotely(tmp_path, make_server):
+    """Restored numeric chunks hold their rows as one little-endian payload (``Chunk.raw``), as
+    chunks received over the network do, so that sample replies slice it; string chunks do
+    not. What a remote client then samples is what was written."""
+    rng = np.random.default_rng(9)
+    obs = rng.standard_normal((40, 4)).astype(np.float32)  # incompressible: stored raw
+    s1 = make_server(_table("fifo", "minsize"), checkpointer=ckpt(tmp_path))
+    with reverb.Client(f"localhost:{s1.port}", in_process=False).trajectory_writer(3) as w:
+        for i in range(40):
+            w.append(
+                {
+                    "obs": obs[i],
+                    "zeros": np.zeros(600, np.float32),  # compressible: stored with zstd
+                    "name": b"s%d" % i,
+                    "step": np.int64(i),
+                }
+            )
+            if i >= 2:
+                w.create_item("t", 1.0, {k: w.history[k][-3:] for k in w.history})
+        w.flush()
+    s1.checkpoint()
+    s2 = make_server(_table("fifo", "minsize"), checkpointer=ckpt(tmp_path))
+    t2 = s2.tables_by_name["t"]
+    from ostinato.core import items as items_lib
+
+    seen = {"raw": 0, "strings": 0}
+    for k in t2.keys().tolist():
+        for col in items_lib.columns(t2.get(k)["trajectory"]):
+            for c, _, _ in col:
+                if c.data.dtype.kind == "O":
+                    assert c.raw is None
+                    seen["strings"] += 1
+                else:
+                    assert c.raw is not None and bytes(c.raw) == c.data.tobytes()
+                    seen["raw"] += 1
+    assert seen["raw"] and seen["strings"]
+    remote = reverb.Client(f"localhost:{s2.port}", in_process=False)
+    for s in remote.sample("t", 100, emit_timesteps=False):
+        name, o, steps, zeros = s.data  # the item's columns, flattened by key
+        np.testing.assert_array_equal(o, obs[steps])
+        assert not zeros.any() and zeros.shape == (3, 600)
+        assert name.tolist() == [b"s%d" % i for i in steps]

@@ -31,7 +31,7 @@ from ostinato.checkpointing.format import (
     unpack_arrays,
     zstd_module,
 )
-from ostinato.core.chunks import Chunk
+from ostinato.core.chunks import Chunk, little_endian
 
 _log = logging.getLogger(__name__)
 
@@ -140,7 +140,9 @@ def _load_chunks(
             raise CheckpointCorruptError(
                 f"{path}/manifest.json: chunk spec with 'object' {how!r} for dtype {dt}"
             )
-    spec_objs = [(dt, shape) for dt, shape, _ in specs]
+    # What the restored rows are: strings are stored as ``S`` rows but restored as objects,
+    # and a chunk's spec must say so (sample replies and batch assembly go by it).
+    spec_objs = [(np.dtype(object) if how else dt, shape) for dt, shape, how in specs]
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape, _ in specs]
     dctx = None
     chunks: list[Chunk] = []
@@ -178,18 +180,20 @@ def _load_chunks(
                 f"{path}/data-{fi:05d}.bin: chunk {key} has "
                 f"{stored} bytes, expected {count * dt.itemsize}"
             )
-        data = np.frombuffer(raw, dtype=dt, count=count, offset=0 if codec == ZSTD else off)
+        if codec != ZSTD and not is_object:
+            raw = bytes(view[off : off + ln])  # mapped rows are copied out, once
+        # Decompressed (and copied) bytes belong to this chunk alone.
+        data = np.frombuffer(raw, dtype=dt, count=count, offset=0 if type(raw) is bytes else off)
         data = data.reshape((rows, *shape))
-        # Decompressed bytes belong to this chunk alone; mapped rows are copied out.
-        data = (
-            encode.restore_strings(data, is_object)
-            if is_object
-            else data
-            if codec == ZSTD
-            else data.copy()
-        )
+        if is_object:
+            data = encode.restore_strings(data, is_object)
         data.flags.writeable = False
-        chunks.append(Chunk(key, data, ep, spec=spec_objs[si]))
+        chunk = Chunk(key, data, ep, spec=spec_objs[si])
+        if not is_object and type(raw) is bytes and little_endian(dt):
+            # The rows as one little-endian payload: sample replies slice it directly, as
+            # they do the rows of chunks received over the network.
+            chunk.raw = raw
+        chunks.append(chunk)
         pending += ln
         if pending >= 8 << 20:
             advance(pending)

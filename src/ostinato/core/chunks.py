@@ -149,7 +149,7 @@ def chunk_row_bytes(chunk: Chunk, start: int, stop: int) -> bytes:
     data = chunk.data
     if isinstance(data, np.ndarray):
         rows = data[start:stop]
-        if rows.dtype.byteorder in _NOT_LITTLE:
+        if not little_endian(rows.dtype):
             rows = rows.astype(rows.dtype.newbyteorder("<"))
         return rows.tobytes()  # C order, whatever the strides
     return data.row_bytes(start, stop)
@@ -157,6 +157,12 @@ def chunk_row_bytes(chunk: Chunk, start: int, stop: int) -> bytes:
 
 #: Byte orders of dtypes whose bytes are not little-endian as they are ("|": single bytes).
 _NOT_LITTLE = frozenset({">", "="} if sys.byteorder == "big" else {">"})
+
+
+def little_endian(dtype: np.dtype) -> bool:
+    """Whether values of ``dtype`` are stored little-endian (or are single bytes), as
+    :attr:`Chunk.raw` and the wire hold them."""
+    return dtype.byteorder not in _NOT_LITTLE
 
 
 def chunk_spec(chunk: Chunk) -> tuple[Any, ...]:
