@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ostinato.core import items as items_lib
+from ostinato.core import pages
 from ostinato.wire import codec, prefaulted_copy
 
 SRC = (
@@ -52,14 +53,13 @@ def test_fallback_without_the_c_api(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_kernel_without_populate_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    if prefaulted_copy._API is None or prefaulted_copy._API[2] is None:
+    if not pages.available():
         pytest.skip("no madvise here")
-    new, as_string, _ = prefaulted_copy._API
-    monkeypatch.setattr(prefaulted_copy, "_API", (new, as_string, lambda *a: -1))
-    monkeypatch.setattr(prefaulted_copy, "_populate", True)
+    monkeypatch.setattr(pages, "_madvise", lambda *a: -1)
+    monkeypatch.setattr(pages, "_enabled", True)  # both restored after the test
     n = 2 * prefaulted_copy.MIN_BYTES
     assert prefaulted_copy.copy_out(SRC, prefaulted_copy.address_of(SRC), 3, n) == SRC[3 : 3 + n]
-    assert prefaulted_copy._populate is False  # not tried again
+    assert not pages.available()  # not tried again
 
 
 def test_framed_messages_with_large_and_small_payloads_round_trip() -> None:

@@ -12,20 +12,19 @@ older kernel) it falls back to an ordinary slice copy with the same result.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import sys
 from typing import Any
 
 import numpy as np
 
+from ostinato.core import pages
+
 #: Payloads smaller than this are copied by slicing (the set-up would cost more than it saves).
-MIN_BYTES = 64 * 1024
-_MADV_POPULATE_WRITE = 23
-_PAGE = mmap.PAGESIZE
+MIN_BYTES = pages.MIN_BYTES
 
 
-def _load() -> tuple[Any, Any, Any] | None:
+def _load() -> tuple[Any, Any] | None:
     if sys.implementation.name != "cpython":
         return None
     try:
@@ -37,19 +36,10 @@ def _load() -> tuple[Any, Any, Any] | None:
         as_string.argtypes = [ctypes.py_object]
     except AttributeError:  # pragma: no cover - CPython always has these
         return None
-    madvise = None
-    if sys.platform.startswith("linux"):
-        try:
-            madvise = ctypes.CDLL(None, use_errno=True).madvise
-            madvise.restype = ctypes.c_int
-            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        except (OSError, AttributeError):  # pragma: no cover
-            madvise = None
-    return new, as_string, madvise
+    return new, as_string
 
 
 _API = _load()
-_populate = _API is not None and _API[2] is not None
 
 
 def address_of(buf: Any) -> int:
@@ -62,17 +52,12 @@ def copy_out(buf: Any, base: int, offset: int, n: int) -> bytes:
 
     The caller has checked that ``[offset, offset + n)`` lies inside ``buf``.
     """
-    global _populate
     if _API is None or n < MIN_BYTES:
         return bytes(memoryview(buf)[offset : offset + n])
-    new, as_string, madvise = _API
+    new, as_string = _API
     out = new(None, n)  # uninitialised; nobody else can see it before it is returned
     dst = as_string(out)
-    if _populate:
-        start = (dst + _PAGE - 1) & -_PAGE
-        stop = (dst + n) & -_PAGE
-        if stop > start and madvise(start, stop - start, _MADV_POPULATE_WRITE) != 0:
-            _populate = False  # an older kernel (EINVAL): the copy faults pages in as usual
+    pages.populate(dst, n)
     ctypes.memmove(dst, base + offset, n)  # a foreign call: the GIL is released meanwhile
     return out
 

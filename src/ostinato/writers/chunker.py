@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ostinato.core import pages
 from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
 from ostinato.core.locations import register_block
@@ -213,7 +214,8 @@ class ColumnChunker:
             origin = None if self._block_code is None else (self._block_code, start)
             self._chunk_start = start
         else:
-            self._buf = np.empty((rows, *self.shape), dtype=self.dtype)
+            # Large rows (frames): the chunk's pages are faulted in at once (core.pages).
+            self._buf = pages.empty((rows, *self.shape), self.dtype)
             view = self._buf.view()
             view.flags.writeable = False
             origin = None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ostinato.core import pages
 from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
 from ostinato.core.locations import register_block
@@ -123,7 +124,7 @@ class Lanes:
             self.start[lane] = self.block_next
             self.block_next += rows
         else:
-            a = np.empty((rows, *self.shape), self.dtype)
+            a = pages.empty((rows, *self.shape), self.dtype)  # large rows: faulted in at once
             ro = a.view()
             ro.flags.writeable = False
             self.arr[lane] = a
