@@ -140,8 +140,9 @@ def shape_from_wire(h: Any) -> tuple[int, ...]:
 
 # -- segments -----------------------------------------------------------------------------------
 def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryview]:
-    """Returns (codec, payload) for rows of one chunk. A raw numeric payload is a byte
-    memoryview of ``rows`` (no copy): it must be packed before ``rows`` changes."""
+    """Returns (codec, payload) for rows of one chunk. A raw numeric payload of at least
+    :data:`COMPRESS_MIN_BYTES` is a byte memoryview of ``rows`` (no copy): it must be packed
+    before ``rows`` changes; smaller ones are ``bytes``."""
     payload: bytes | memoryview
     if rows.dtype.kind == "O":
         items = rows.reshape(-1).tolist()
