@@ -30,3 +30,16 @@ def wait_until(
             desc = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {desc}")
         time.sleep(interval)
+
+
+def uniform_table(name: str = "t", max_size: int = 100) -> Any:
+    """A plain table: Uniform sampler, Fifo remover, ``MinSize(1)``."""
+    import ostinato as reverb
+
+    return reverb.Table(
+        name,
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(1),
+    )

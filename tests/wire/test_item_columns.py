@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
+from _helpers import uniform_table
 from ostinato.core import items as items_lib
 from ostinato.errors import DecodeError
 from ostinato.wire import codec
@@ -19,13 +20,7 @@ A, B = 11, 22  # chunk keys: A holds 3 rows of float32[2], B 3 rows of int32
 
 @pytest.fixture
 def session():
-    table = reverb.Table(
-        "t",
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        100,
-        reverb.rate_limiters.MinSize(1),
-    )
+    table = uniform_table()
     server = reverb.Server([table])
     s = InsertSession({"t": table}.__getitem__, 1 << 24, False, StreamStats())
     segs = [

@@ -9,19 +9,14 @@ import numpy as np
 import pytest
 
 import ostinato as reverb
+from _helpers import uniform_table
 from ostinato.core import items as items_lib
 from ostinato.wire import sample_replies
 
 
 @pytest.mark.parametrize("dtype", ["<f4", ">i4", "<u2"])
 def test_remote_samples_of_in_process_items_are_their_rows(dtype):
-    table = reverb.Table(
-        "t",
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        10_000,
-        reverb.rate_limiters.MinSize(1),
-    )
+    table = uniform_table(max_size=10_000)
     server = reverb.Server([table])
     try:
         want = {}

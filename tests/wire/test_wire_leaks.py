@@ -24,6 +24,7 @@ from _wire_util import (
 )
 
 import ostinato as reverb
+from _helpers import uniform_table
 from ostinato.errors import ReverbError, UnavailableError
 from server_process import ServerProcess
 
@@ -164,13 +165,7 @@ def test_abandoned_writers_do_not_pin_server_threads():
 
 
 def test_chunk_store_counts_a_chunk_resent_after_an_idle_close():
-    table = reverb.Table(
-        "t",
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        100,
-        reverb.rate_limiters.MinSize(1),
-    )
+    table = uniform_table()
     server = reverb.Server([table])
     try:
         client = grpc_client(f"localhost:{server.port}")
