@@ -11,6 +11,7 @@ import pytest
 import ostinato as reverb
 from _helpers import uniform_table
 from ostinato.core import items as items_lib
+from ostinato.core.chunks import chunk_row_bytes
 from ostinato.wire import sample_replies
 
 
@@ -53,3 +54,39 @@ def test_remote_samples_of_in_process_items_are_their_rows(dtype):
 
 def test_a_block_that_is_gone_is_not_read():
     assert sample_replies._block_bytes(-1) is None
+
+
+@pytest.mark.parametrize("steps", [1, 10])
+def test_reply_columns_hold_exactly_each_items_rows(steps):
+    """Items of 16 vectorised environments (the batched observer carves their chunks out of
+    blocks); 10-step items span several chunks. Every reply column must be the items' rows in
+    order, as the general row access (``chunk_row_bytes``) reads them."""
+    table = uniform_table(max_size=100_000)
+    server = reverb.Server([table])
+    try:
+        rng = np.random.default_rng(steps)
+        obs = reverb.observers.BatchedTrajectoryObserver(
+            server.localhost_client(), "t", steps, num_envs=16
+        )
+        for t in range(400):
+            step_type = np.full(16, 0 if t == 0 else 1, np.int32)
+            if t >= 20:
+                step_type[t % 16] = 2  # episodes end at different steps
+            step = {"step_type": step_type, "o": rng.standard_normal((16, 5)).astype(np.float32)}
+            obs({**step, "a": np.arange(16)})
+        obs.close()
+        spanning = 0
+        for _ in range(10):
+            batch = table.sample_now(64)
+            reply = sample_replies.sample_reply(batch)
+            assert "cols" in reply
+            per_item = [items_lib.columns(t) for t in batch.trajectories]
+            spanning += sum(len(c[0]) > 1 for c in per_item)
+            for ci, col in enumerate(reply["cols"]):
+                want = b"".join(
+                    chunk_row_bytes(c, o, o + n) for cols in per_item for c, o, n in cols[ci]
+                )
+                assert col["b"] == want
+        assert spanning or steps == 1
+    finally:
+        server.stop()

@@ -67,20 +67,23 @@ def _columnar(batch: items_lib.SampleBatch) -> list[dict] | None:
     if any(len(c) != ncols for c in per_item):
         return None
     out = []
+    blocks: dict[int, Any] = {}
     for ci in range(ncols):
         first = per_item[0][ci]
         spec = first[0][0].spec
         if spec is None or spec[0].kind == "O":
             return None
         n = sum(x[2] for x in first)
-        parts: list[bytes] = []
+        rb = spec[0].itemsize * math.prod(spec[1])
+        little = little_endian(spec[0])
+        parts: list[Any] = []
         add = parts.append
         for cols in per_item:
             total = 0
             for chunk, off, ln in cols[ci]:
                 if chunk.spec is not spec and chunk.spec != spec:
                     return None
-                add(chunk_row_bytes(chunk, off, off + ln))
+                add(_slice_bytes(chunk, off, ln, rb, little, blocks))
                 total += ln
             if total != n:
                 return None
@@ -107,22 +110,42 @@ def _columnar_flat(trajs: list[items_lib.Packed]) -> list[dict] | None:
             chunk, off, ln = t[b], t[b + 1], t[b + 2]
             if ln != n or (chunk.spec is not spec and chunk.spec != spec):
                 return None
-            raw = chunk.raw  # rows received over the network, in one segment as a rule
+            # _slice_bytes, inlined: this loop runs once per sampled item and column.
+            raw = chunk.raw
             if raw is not None:
                 add(raw[off * rb : (off + n) * rb])
                 continue
-            origin = chunk.origin  # rows a writer in this process carved out of a block
+            origin = chunk.origin
             if origin is not None and little:
-                code, first = origin
-                mv = blocks.get(code, False)
+                mv = blocks.get(origin[0], False)
                 if mv is False:
-                    mv = blocks[code] = _block_bytes(code)
+                    mv = blocks[origin[0]] = _block_bytes(origin[0])
                 if mv is not None:
-                    add(mv[(first + off) * rb : (first + off + n) * rb])
+                    start = origin[1] + off
+                    add(mv[start * rb : (start + n) * rb])
                     continue
             add(chunk_row_bytes(chunk, off, off + n))
         out.append({"d": dtype_to_str(spec[0]), "h": list(spec[1]), "n": n, "b": b"".join(parts)})
     return out
+
+
+def _slice_bytes(chunk: Chunk, off: int, n: int, rb: int, little: bool, blocks: dict) -> Any:
+    """Rows ``[off, off + n)`` of ``chunk`` (``rb`` bytes each) as little-endian C-order bytes
+    or a view of them: cut from the chunk's one payload (rows received over the network or
+    restored), from the block a writer in this process carved the chunk out of (``blocks``
+    caches each block's bytes for one reply), else copied by :func:`chunk_row_bytes`."""
+    raw = chunk.raw
+    if raw is not None:
+        return raw[off * rb : (off + n) * rb]
+    origin = chunk.origin
+    if origin is not None and little:
+        code, first = origin
+        mv = blocks.get(code, False)
+        if mv is False:
+            mv = blocks[code] = _block_bytes(code)
+        if mv is not None:
+            return mv[(first + off) * rb : (first + off + n) * rb]
+    return chunk_row_bytes(chunk, off, off + n)
 
 
 def _block_bytes(code: int) -> memoryview | None:
