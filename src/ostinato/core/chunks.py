@@ -148,11 +148,16 @@ def chunk_row_bytes(chunk: Chunk, start: int, stop: int) -> bytes:
     """Rows ``[start, stop)`` as raw little-endian C-order bytes (numeric dtypes only)."""
     data = chunk.data
     if isinstance(data, np.ndarray):
-        rows = data[start:stop]
-        if not little_endian(rows.dtype):
-            rows = rows.astype(rows.dtype.newbyteorder("<"))
-        return rows.tobytes()  # C order, whatever the strides
+        return le_bytes(data[start:stop])
     return data.row_bytes(start, stop)
+
+
+def le_bytes(rows: np.ndarray) -> bytes:
+    """Numeric ``rows`` as little-endian C-order bytes, copied once (twice if they must be
+    byte-swapped first)."""
+    if not little_endian(rows.dtype):
+        rows = rows.astype(rows.dtype.newbyteorder("<"))
+    return rows.tobytes()  # C order, whatever the strides
 
 
 #: Byte orders of dtypes whose bytes are not little-endian as they are ("|": single bytes).

@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from ostinato.core.chunks import le_bytes
 from ostinato.core.signature import MAX_DIMS
 from ostinato.core.specs import dtype_from_str, dtype_to_str
 from ostinato.errors import DecodeError
@@ -153,7 +154,7 @@ def encode_rows(rows: np.ndarray, compress: bool) -> tuple[int, bytes | memoryvi
     elif rows.nbytes < COMPRESS_MIN_BYTES:
         # Small rows (a step's scalars and short vectors): one copy to bytes is cheaper than
         # a view, and never compressed.
-        return RAW, rows.astype(rows.dtype.newbyteorder("<"), order="C", copy=False).tobytes()
+        return RAW, le_bytes(rows)
     else:
         arr = np.ascontiguousarray(rows).astype(rows.dtype.newbyteorder("<"), copy=False)
         payload = memoryview(arr.reshape(-1)).cast("B")

@@ -392,21 +392,9 @@ class InsertSession:
             flat += (c, off, ln)
         else:
             return tuple(flat), squeeze
+        # The general path: columns of several slices, and every error's message.
         columns: list[Any] = []
         for col in cols:
-            if type(col) is list and len(col) == 3:  # fast path: one slice
-                ck, off, ln = col
-                c = chunks.get(ck) if type(ck) is int else None
-                if (
-                    c is not None
-                    and type(off) is int
-                    and type(ln) is int
-                    and off >= 0
-                    and ln >= 1
-                    and off + ln <= c.data.end
-                ):
-                    columns.append(((c, off, ln),))
-                    continue
             if not isinstance(col, list) or not col or len(col) % 3:
                 raise DecodeError("a column is a flat list of (chunk key, offset, length) triples")
             slices = []
@@ -433,8 +421,6 @@ class InsertSession:
         for s, col in zip(squeeze, columns):
             if s and (len(col) != 1 or col[0][2] != 1):
                 raise DecodeError("a squeezed column must hold exactly one row")
-        if all(len(c) == 1 for c in columns):
-            return tuple([x for c in columns for x in c[0]]), squeeze
         return items_lib.pack(columns), squeeze
 
     def _check_signature(self, table: Any, packed: Any, squeeze: tuple[bool, ...]) -> None:
