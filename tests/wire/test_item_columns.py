@@ -65,6 +65,10 @@ def test_valid_items_are_stored_with_their_slices(session, cols, sq):
         ([[A, 0, 0], [B, 0, 1]], [False, True], "rows [0, 0+0)"),
         ([[99, 0, 1], [B, 0, 1]], [True, True], "chunk 99, which this stream did not send"),
         ([[A, 0.0, 1], [B, 0, 1]], [True, True], "rows [0.0, 0.0+1)"),
+        # msgpack's true is a bool, and bool is an int subclass: refused all the same
+        ([[A, 0, True], [B, 0, 1]], [False, True], "rows [0, 0+True)"),
+        ([[A, True, 1], [B, 0, 1]], [False, True], "rows [True, True+1)"),
+        ([[A, 0, 1], [True, 0, 1]], [True, True], "chunk True, which this stream did not send"),
         ([[A, 0, 1], [B, 0]], [True, True], "flat list of (chunk key, offset, length)"),
         ([[A, 0, 1]], [True, True], "one squeeze flag per column"),
         ([], [], "non-empty list of columns"),

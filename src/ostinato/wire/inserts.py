@@ -247,7 +247,7 @@ class InsertSession:
                 pos += self._validate_group(entry, tables, req.retried, pos, work) - 1
                 continue
             ti, key, prio, cols, sq = entry
-            if not isinstance(ti, int) or not 0 <= ti < len(tables):
+            if type(ti) is not int or not 0 <= ti < len(tables):  # not bool
                 raise DecodeError(f"item names table index {ti!r} of {len(tables)}")
             key = codec.u64(key, "item key")
             if not isinstance(prio, (int, float)) or isinstance(prio, bool):
@@ -400,14 +400,14 @@ class InsertSession:
             slices = []
             for i in range(0, len(col), 3):
                 ck, off, ln = col[i], col[i + 1], col[i + 2]
-                c = chunks.get(ck) if isinstance(ck, int) else None
+                c = chunks.get(ck) if type(ck) is int else None  # not bool
                 if c is None:
                     raise DecodeError(
                         f"item refers to chunk {ck!r}, which this stream did not send"
                     )
                 if (
-                    not isinstance(off, int)
-                    or not isinstance(ln, int)
+                    type(off) is not int
+                    or type(ln) is not int
                     or off < 0
                     or ln < 1
                     or off + ln > c.data.end
