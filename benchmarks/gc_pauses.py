@@ -10,7 +10,13 @@ each full (generation 2) collection with ``gc.callbacks``. Reported per run: ite
 and the young collections' total.
 The two modes alternate, ``--rounds`` times each, each run in a fresh server process.
 
+``--embedded``: the same items and probe with the server in this process (an embedded server,
+which does not freeze: the program's own objects would be frozen too), the collections timed
+here. This is where a stored item that the collector must visit costs the most, as every
+thread of the program stops for each full collection.
+
     python benchmarks/gc_pauses.py --rounds 2 --json benchmarks/results_gc_pauses.json
+    python benchmarks/gc_pauses.py --embedded --rounds 3
 """
 
 from __future__ import annotations
@@ -33,10 +39,8 @@ sys.path.insert(0, str(HERE))
 import workloads as wl  # noqa: E402
 
 
-def _server(port: int, freeze: bool, ready: Any, done: Any) -> None:
-    import ostinato as reverb
-    from ostinato.gc_pauses import keep_gc_pauses_short
-
+def _gc_timer() -> tuple[dict[int, list[float]], Any]:
+    """Seconds of each collection, by generation, and the ``gc.callbacks`` entry filling it."""
     took: dict[int, list[float]] = {0: [], 1: [], 2: []}
     started = [0.0]
 
@@ -46,6 +50,14 @@ def _server(port: int, freeze: bool, ready: Any, done: Any) -> None:
         else:
             took[info["generation"]].append(time.perf_counter() - started[0])
 
+    return took, timer
+
+
+def _server(port: int, freeze: bool, ready: Any, done: Any) -> None:
+    import ostinato as reverb
+    from ostinato.gc_pauses import keep_gc_pauses_short
+
+    took, timer = _gc_timer()
     gc.callbacks.append(timer)  # before the policy's: its freeze is not timed
     table = wl.build_table(reverb, wl.table_spec("uniform", "t", max_size=2_000_000))
     server = reverb.Server([table], port=port)
@@ -56,20 +68,28 @@ def _server(port: int, freeze: bool, ready: Any, done: Any) -> None:
     ready.put({g: v for g, v in took.items()})
 
 
-def run_once(items: int, freeze: bool) -> dict[str, Any]:
+def run_once(items: int, freeze: bool, embedded: bool = False) -> dict[str, Any]:
     import ostinato as reverb
 
-    ctx = mp.get_context("spawn")
-    ready, done = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=_server, args=(0, freeze, ready, done), daemon=True)
-    proc.start()
-    port = ready.get(timeout=60)
-    client = reverb.Client(f"localhost:{port}", in_process=False)
+    if embedded:
+        took, timer = _gc_timer()
+        table = wl.build_table(reverb, wl.table_spec("uniform", "t", max_size=2_000_000))
+        server = reverb.Server([table])
+        client = server.localhost_client()
+        gc.collect()
+        gc.callbacks.append(timer)
+    else:
+        ctx = mp.get_context("spawn")
+        ready, done = ctx.Queue(), ctx.Queue()
+        proc = ctx.Process(target=_server, args=(0, freeze, ready, done), daemon=True)
+        proc.start()
+        port = ready.get(timeout=60)
+        client = reverb.Client(f"localhost:{port}", in_process=False)
     stop = threading.Event()
     latencies: list[float] = []
 
     def probe() -> None:
-        c = reverb.Client(f"localhost:{port}", in_process=False)
+        c = client if embedded else reverb.Client(f"localhost:{port}", in_process=False)
         while not stop.is_set():
             t = time.perf_counter()
             c.server_info()
@@ -87,13 +107,17 @@ def run_once(items: int, freeze: bool) -> dict[str, Any]:
     dt = time.perf_counter() - t0
     stop.set()
     th.join()
-    done.put(1)
-    took = ready.get(timeout=60)
-    proc.kill()
+    if embedded:
+        gc.callbacks.remove(timer)
+        server.stop()
+    else:
+        done.put(1)
+        took = ready.get(timeout=60)
+        proc.kill()
     lat = np.array(latencies) * 1e3
     full = took[2]
     return {
-        "mode": "freeze" if freeze else "default",
+        "mode": "embedded" if embedded else "freeze" if freeze else "default",
         "items": n,
         "items_per_s": n / dt,
         "server_info_ms": {
@@ -113,11 +137,15 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=1_500_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", help="write every run here")
+    ap.add_argument(
+        "--embedded", action="store_true", help="the server in this process (no freezing)"
+    )
     args = ap.parse_args()
     runs = []
     for r in range(args.rounds):
-        for freeze in (False, True) if r % 2 == 0 else (True, False):
-            res = run_once(args.items, freeze)
+        modes = [False] if args.embedded else [False, True] if r % 2 == 0 else [True, False]
+        for freeze in modes:
+            res = run_once(args.items, freeze, args.embedded)
             runs.append(res)
             lat = res["server_info_ms"]
             print(
@@ -133,7 +161,7 @@ def main() -> None:
         "| their time, ms | longest, ms |"
     )
     print("|---|---:|---:|---:|---:|---:|")
-    for mode in ("default", "freeze"):
+    for mode in ("embedded",) if args.embedded else ("default", "freeze"):
         rs = [r for r in runs if r["mode"] == mode]
 
         def med(f: Any, rs: list[dict[str, Any]] = rs) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.locations import Locations
+from ostinato.core.untrack import untrack
 
 _INITIAL_CAPACITY = 64
 
@@ -127,6 +128,7 @@ class Slots:
         self.a_seq[slot] = self.next_seq
         self.next_seq += 1
         self.traj[slot] = traj
+        untrack((traj,))  # in no cycle: kept out of full garbage collections
         self.squeeze[slot] = squeeze
         self.key_to_slot[key] = slot
         flat = items_lib.is_flat(traj)
@@ -200,6 +202,7 @@ class Slots:
             slots += victims[:-1]
             self._forget(victims)
             free.append(victims[-1])
+        untrack(trajs)  # in no cycle: kept out of full garbage collections
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq
@@ -418,6 +421,7 @@ class Slots:
         self.sequence[:n] = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         self.next_seq += n
         self.traj[:n] = trajectories
+        untrack(trajectories)
         self.squeeze[:n] = squeeze
         self.free = list(range(self.capacity - 1, n - 1, -1))
         self.key_to_slot.update(key_to_slot)
