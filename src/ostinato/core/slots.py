@@ -24,7 +24,7 @@ import numpy as np
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.locations import Locations
-from ostinato.core.untrack import untrack
+from ostinato.core.untrack import untrack, untrack_objects
 
 _INITIAL_CAPACITY = 64
 
@@ -59,6 +59,7 @@ class Slots:
         self._make_views()
         self.traj: list[Any] = [None] * cap
         self.squeeze: list[Any] = [None] * cap
+        untrack_objects(self.traj, self.squeeze)  # not walked by full garbage collections
         self.key_to_slot: dict[int, int] = {}
         # key -> slot of recently sampled items (see remember_sampled), in two generations of
         # at most RECENT_MAX: small dicts that stay in the CPU's caches, where a lookup in
@@ -303,6 +304,7 @@ class Slots:
         cap = self.capacity
         self.traj = [None] * cap
         self.squeeze = [None] * cap
+        untrack_objects(self.traj, self.squeeze)
         self.free = list(range(cap - 1, -1, -1))
         self.episode_refs.clear()
         self.num_deleted_episodes = 0

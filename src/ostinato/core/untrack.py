@@ -12,8 +12,11 @@ The collector only exists to find reference cycles, and a trajectory is in none:
 chunks, offsets and lengths, and a chunk refers to rows, never to an item. :func:`untrack`
 therefore takes each new trajectory tuple (and, for items of several slices per column, the
 tuples inside it) off the collector's lists with ``PyObject_GC_UnTrack`` -- what CPython does
-itself for tuples of numbers. Reference counting frees them exactly as before. On another
-interpreter it does nothing.
+itself for tuples of numbers. The table's per-slot lists of trajectories and squeeze flags are
+taken off too (:func:`untrack_objects`), so that a full collection does not even walk their
+million entries. Reference counting frees all of it exactly as before; what the collector
+cannot see only counts, for the objects it does see (chunks), as a reference from outside, which
+keeps them alive as it should. On another interpreter it does nothing.
 """
 
 from __future__ import annotations
@@ -64,3 +67,11 @@ def untrack(trajs: Iterable[Any]) -> None:
         _consume(map(fn, t))
         for col in t:
             _consume(map(fn, col))
+
+
+def untrack_objects(*objs: Any) -> None:
+    """Takes containers (a table's per-slot lists) off the cyclic collector's lists. Only for
+    containers that are in no reference cycle, and stay so."""
+    fn = _untrack
+    if fn is not None:
+        _consume(map(fn, objs))
