@@ -1,5 +1,5 @@
-"""Stored items' trajectories are kept out of the cyclic garbage collector
-(:mod:`ostinato.core.untrack`), and reference counting still frees what they held."""
+"""Stored items' trajectories of one slice per column are kept out of the cyclic garbage
+collector (:mod:`ostinato.core.untrack`), and reference counting still frees what they held."""
 
 from __future__ import annotations
 
@@ -13,19 +13,15 @@ import ostinato as reverb
 from _helpers import uniform_table
 from ostinato import checkpointers
 from ostinato.core import items as items_lib
+from ostinato.core import slots as slots_lib
 from ostinato.core import untrack
 
 pytestmark = pytest.mark.skipif(not untrack.available(), reason="CPython only")
 
 
-def _tuples(traj):
-    """The trajectory tuple and every tuple inside it."""
-    out = [traj]
-    if not items_lib.is_flat(traj):
-        for col in traj:
-            out.append(col)
-            out.extend(col)
-    return out
+@pytest.fixture(autouse=True)
+def _untrack_from_the_first_item(monkeypatch):
+    monkeypatch.setattr(slots_lib, "UNTRACK_FROM", 0)
 
 
 def _stored(table):
@@ -34,10 +30,11 @@ def _stored(table):
 
 
 def _assert_untracked(table, n):
+    """Items of one slice per column are untracked; those of several are left tracked."""
     trajs = _stored(table)
     assert len(trajs) == n
     for traj in trajs:
-        assert not any(gc.is_tracked(t) for t in _tuples(traj)), traj
+        assert gc.is_tracked(traj) != items_lib.is_flat(traj), traj
 
 
 def test_items_of_every_insert_path_are_untracked(tmp_path):
@@ -90,4 +87,21 @@ def test_evicted_items_free_their_chunks_without_the_collector():
         assert held > 2 and sys.getrefcount(first) == 2
     finally:
         gc.enable()
+        server.stop()
+
+
+def test_a_small_tables_items_stay_tracked(monkeypatch):
+    monkeypatch.setattr(slots_lib, "UNTRACK_FROM", 10)
+    table = uniform_table(max_size=100)
+    server = reverb.Server([table])
+    try:
+        with server.localhost_client().trajectory_writer(num_keep_alive_refs=1) as w:
+            for i in range(30):
+                w.append({"x": np.float32(i)})
+                w.create_item("t", 1.0, {"x": w.history["x"][-1]})
+                if i in (5, 25):
+                    w.flush()  # one by one up to here, then a batch
+        tracked = sum(map(gc.is_tracked, _stored(table)))
+        assert 0 < tracked < 30
+    finally:
         server.stop()

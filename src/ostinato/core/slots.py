@@ -27,6 +27,10 @@ from ostinato.core.locations import Locations
 from ostinato.core.untrack import untrack, untrack_objects
 
 _INITIAL_CAPACITY = 64
+#: A table's items from this many on have their trajectories taken off the cyclic garbage
+#: collector (:mod:`ostinato.core.untrack`); below it, full collections visiting them cost less
+#: than untracking them would.
+UNTRACK_FROM = 65_536
 
 #: Runs an iterator in C, keeping nothing.
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
@@ -129,7 +133,8 @@ class Slots:
         self.a_seq[slot] = self.next_seq
         self.next_seq += 1
         self.traj[slot] = traj
-        untrack((traj,))  # in no cycle: kept out of full garbage collections
+        if len(self.key_to_slot) >= UNTRACK_FROM:  # kept out of full garbage collections
+            untrack((traj,))
         self.squeeze[slot] = squeeze
         self.key_to_slot[key] = slot
         flat = items_lib.is_flat(traj)
@@ -203,7 +208,8 @@ class Slots:
             slots += victims[:-1]
             self._forget(victims)
             free.append(victims[-1])
-        untrack(trajs)  # in no cycle: kept out of full garbage collections
+        if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
+            untrack(trajs)
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq
@@ -423,7 +429,8 @@ class Slots:
         self.sequence[:n] = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         self.next_seq += n
         self.traj[:n] = trajectories
-        untrack(trajectories)
+        if n > UNTRACK_FROM:
+            untrack(trajectories)
         self.squeeze[:n] = squeeze
         self.free = list(range(self.capacity - 1, n - 1, -1))
         self.key_to_slot.update(key_to_slot)
