@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ostinato.core.chunks import Chunk
+from ostinato.core import items as items_lib
 
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
@@ -66,9 +66,7 @@ def untrack(trajs: Iterable[Any]) -> None:
     fn = _untrack
     if fn is None:
         return
-    for t in trajs:
-        if type(t[0]) is Chunk:  # flat: (chunk, offset, length, chunk, ...)
-            fn(t)
+    _consume(map(fn, filter(items_lib.is_flat, trajs)))
 
 
 def untrack_objects(*objs: Any) -> None:
