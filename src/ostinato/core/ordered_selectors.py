@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ostinato.core.selector_base import _UNREAD, _VECTORISE_FROM, ItemSelector, _grow, _minus_ones
+from ostinato.core.selector_base import (
+    _UNREAD,
+    _VECTORISE_FROM,
+    ItemSelector,
+    _grow,
+    _minus_ones,
+    _run,
+)
 from ostinato.core.table_info import HeapOptions, KeyDistributionOptions
 
 
@@ -72,8 +79,8 @@ class _Ordered(ItemSelector):
             first, last = slots[0], slots[-1]
             if last >= len(self._prev):
                 self._room(last)
-            self._prev[first + 1 : last + 1] = array.array("q", range(first, last))
-            self._next[first:last] = array.array("q", range(first + 1, last + 1))
+            self._prev[first + 1 : last + 1] = _run(first, last)
+            self._next[first:last] = _run(first + 1, last + 1)
             self._attach(first, last, len(slots))
             return
         if len(slots) >= _VECTORISE_FROM:

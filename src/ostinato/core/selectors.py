@@ -31,6 +31,7 @@ from ostinato.core.selector_base import (
     MAX_WEIGHT,
     ItemSelector,
     _minus_ones,
+    _run,
 )
 from ostinato.core.sum_tree import SumTree
 from ostinato.core.table_info import KeyDistributionOptions, PrioritizedOptions
@@ -69,8 +70,8 @@ class Uniform(ItemSelector):
             if slots[-1] >= len(pos):
                 pos.extend(_minus_ones(pos, slots[-1]))
             start = len(self._dense)
-            pos[slots.start : slots.stop] = array.array("q", range(start, start + len(slots)))
-            self._dense.extend(slots)
+            pos[slots.start : slots.stop] = _run(start, start + len(slots))
+            self._dense.extend(_run(slots.start, slots.stop))
             return
         if len(slots) >= _VECTORISE_FROM:
             # The order alone places a slot here: the priorities are not read.

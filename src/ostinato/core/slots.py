@@ -174,9 +174,17 @@ class Slots:
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
         flat = set(map(type, map(_FIRST, trajs))) == _FLAT  # every item one slice per column
-        _count_elements(
-            per_chunk, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
-        )
+        # The length every item's flat trajectory has, or -1 (not all flat, or lengths differ).
+        length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
+        if length > 0:
+            # Column by column: no tuple of chunks made per item (half the cost of the chain).
+            for j in range(0, length, 3):
+                _count_elements(per_chunk, map(itemgetter(j), trajs))
+        else:
+            _count_elements(
+                per_chunk,
+                chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs)),
+            )
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}
@@ -231,7 +239,7 @@ class Slots:
         self.next_seq = seq + n
         self.key_to_slot.update(zip(keys, slots))
         loc = self.locations
-        if flat and set(map(len, trajs)) == {loc.flat_len}:
+        if length > 0 and length == loc.flat_len:
             stride = loc.stride_bytes
             offsets = (
                 list(range(first * stride, (first + n) * stride, stride))
