@@ -15,7 +15,7 @@ items strictly need (with Fifo removal, no more).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
 from ostinato.core.locations import register_block
 from ostinato.core.specs import ALLOWED_KINDS, dtype_name, shape_str
+
+if TYPE_CHECKING:
+    from ostinato.writers.columns import ColumnHistory
 
 TARGET_CHUNK_BYTES = 128 * 1024
 MAX_AUTO_ROWS = 256
@@ -156,9 +159,16 @@ class ColumnChunker:
     """
 
     def __init__(
-        self, path: tuple[Any, ...], num_keep_alive_refs: int, max_chunk_length: int | None = None
+        self,
+        path: tuple[Any, ...],
+        num_keep_alive_refs: int,
+        max_chunk_length: int | None = None,
+        history: ColumnHistory | None = None,
     ):
         self.path = path
+        #: The column's history, which each ref is appended to (by :meth:`append` itself: one
+        #: call per value instead of two), or None.
+        self.history = history
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
         self.dtype: np.dtype | None = None
@@ -264,7 +274,8 @@ class ColumnChunker:
             self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
 
     def append(self, value: Any, episode_id: int, step: int) -> CellRef:
-        """Stores one value; returns the ref to it. Validates dtype and shape."""
+        """Stores one value and appends the ref to it to :attr:`history`; returns the ref.
+        Validates dtype and shape."""
         # Fast path: a value stored as it is, with room in the chunk being filled (a chunk is
         # closed at the end of an episode, so it is always of this episode). That is a numpy
         # scalar of a column of scalars of its type (one identity check: such a scalar's dtype
@@ -272,18 +283,14 @@ class ColumnChunker:
         # dtype is the column's by identity (numpy shares one dtype object per built-in type)
         # and whose shape is the column's, in a column not of strings (to_array converts those).
         t = type(value)
+        n = self._n
         if (
             t is self._scalar_type
             or (t in _FAST_TYPES and value.dtype is self._fast_dtype and value.shape == self.shape)
-        ) and self._n < self._rows:
-            arr = value
+        ) and n < self._rows:
+            self._buf[n] = value  # type: ignore[index]
         else:
-            arr = self._slow_path(value, episode_id)
-        n = self._n
-        if self._object_scalar:
-            self._buf[n, ...] = arr  # type: ignore[index]  # stores the bytes, not the 0-d array
-        else:
-            self._buf[n] = arr  # type: ignore[index]
+            n = self._store_slow(value, episode_id)
         self._n = n + 1
         ref = _new_ref(CellRef)
         ref.chunk = self._chunk
@@ -295,11 +302,18 @@ class ColumnChunker:
         if len(live) >= self.num_keep_alive_refs:
             live.popleft().expired = True
         live.append(ref)
+        hist = self.history
+        if hist is not None:  # ColumnHistory.append(ref), inline
+            buf = hist._buf
+            if len(buf) == hist._size:
+                hist._offset += 1
+            buf.append(ref)
         return ref
 
-    def _slow_path(self, value: Any, episode_id: int) -> np.ndarray:
-        """The value as stored (strings converted), once the column has room for it: the first
-        value, a dtype/shape error, a column of strings, a full chunk or a new episode."""
+    def _store_slow(self, value: Any, episode_id: int) -> int:
+        """Stores what :meth:`append`'s fast path does not -- the first value, a dtype/shape
+        error, a column of strings (object columns never take the fast path), a full chunk or
+        a new episode -- converting strings; returns the row it went to."""
         arr = (
             value
             if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
@@ -313,7 +327,12 @@ class ColumnChunker:
             raise self._spec_error(np.asarray(arr))
         if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
             self._start_chunk(episode_id)
-        return arr
+        n = self._n
+        if self._object_scalar:
+            self._buf[n, ...] = arr  # type: ignore[index]  # stores the bytes, not the 0-d array
+        else:
+            self._buf[n] = arr  # type: ignore[index]
+        return n
 
     def live_chunk_keys(self) -> set[int]:
         """Keys of the chunks holding the values whose refs are still live."""

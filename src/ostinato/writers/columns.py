@@ -133,12 +133,12 @@ class ColumnHistory:
     def can_set_last(self) -> bool:
         return bool(self._buf) and self._buf[-1] is None
 
-    def set_last(self, ref: CellRef) -> None:
-        if not self._buf:
-            raise RuntimeError("set_last called on an empty history")
-        if self._buf[-1] is not None:
-            raise RuntimeError("set_last called on a step that already has a value")
-        self._buf[-1] = ref
+    def drop_reserved(self) -> None:
+        """Removes the newest step, reserved (``None``) by a partial step, so that the value
+        written into it can be appended (the chunker appends it) in its place."""
+        if not self._buf or self._buf[-1] is not None:
+            raise RuntimeError("drop_reserved called on a step that is not reserved")
+        self._buf.pop()
 
     def reset(self) -> None:
         self._buf.clear()

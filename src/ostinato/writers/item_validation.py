@@ -8,6 +8,7 @@ table's metadata once and remembering the column layouts already found valid.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import optree
@@ -117,7 +118,7 @@ class ItemValidator:
         self,
         table: str,
         priority: float,
-        cols: list[TrajectoryColumn],
+        cols: Sequence[TrajectoryColumn],
         sq: tuple[bool, ...],
         *,
         legacy: bool = False,

@@ -10,6 +10,7 @@ packed form.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from ostinato.core import items as items_lib
@@ -114,19 +115,36 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
 
 
 def pack_trajectory(
-    trajectory: Any, key_cache: dict[tuple[Any, ...], list[Any]]
-) -> tuple[list[TrajectoryColumn], items_lib.Packed, tuple[bool, ...]]:
+    trajectory: Any, key_cache: dict[Any, Any]
+) -> tuple[Sequence[TrajectoryColumn], items_lib.Packed, tuple[bool, ...]]:
     """``create_item``'s trajectory, as its columns (:func:`trajectory_columns`), packed
     trajectory and squeeze flags (:func:`pack_columns`).
 
-    A flat dict of the keys seen before whose columns are each one step or consecutive steps
-    of one chunk -- nearly every item -- is taken apart and packed in one loop; anything else
-    goes through the two functions, which check everything and name what is wrong.
+    A flat dict whose columns are each one step or consecutive steps of one chunk -- nearly
+    every item -- is taken apart and packed in one loop; anything else goes through the two
+    functions, which check everything and name what is wrong. ``key_cache`` maps a dict's keys
+    to their sorted order (:func:`trajectory_columns`) and, by number of keys, the
+    ``itemgetter`` of the sorted keys last seen: a dict of that many keys that has all of them
+    has no other, so the getter takes its columns out in order without looking at its keys.
     """
     if type(trajectory) is dict:
-        order = key_cache.get(tuple(trajectory))
-        if order is not None:
-            cols = [trajectory[k] for k in order]
+        entry = key_cache.get(len(trajectory))
+        cols: Any = None
+        if entry is not None:
+            getter, single = entry
+            try:
+                cols = getter(trajectory)
+            except KeyError:
+                pass
+            else:
+                if single:
+                    cols = (cols,)
+        if cols is None:
+            order = key_cache.get(tuple(trajectory))
+            if order is not None:
+                key_cache[len(order)] = (itemgetter(*order), len(order) == 1)
+                cols = [trajectory[k] for k in order]
+        if cols is not None:
             packed: list[Any] = []
             squeeze = []
             for c in cols:

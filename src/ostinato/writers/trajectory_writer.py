@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import functools
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,10 +91,13 @@ class TrajectoryWriter(StreamWriter):
         self._structure: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
-        #: Dict keys of whole steps that name every column -> per value, its column's
-        #: ``(chunker.append, history.append)``; emptied when a column is added.
-        self._whole_steps: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
-        self._traj_key_cache: dict[tuple[Any, ...], list[Any]] = {}
+        #: Whole steps as flat dicts that name every column: ``(number of keys, itemgetter of
+        #: the keys in column order, each column's chunker.append)``; None until such a step
+        #: is seen, and again when a column is added. A dict of that many keys that has all of
+        #: them has no other: the getter takes its values out in column order, whatever the
+        #: dict's own order (a single key is taken twice, which zip stops at).
+        self._whole: tuple[int, Any, list[Any]] | None = None
+        self._traj_key_cache: dict[Any, Any] = {}  # see writers.packing.pack_trajectory
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False
@@ -121,8 +126,9 @@ class TrajectoryWriter(StreamWriter):
         # end_episode(clear_buffers=False)); an open step already has its slot there.
         steps_so_far = len(self._columns[0].history) if self._columns else 0
         hist = ColumnHistory(path, self.max_num_keep_alive_refs, history_padding=steps_so_far)
-        col = _Column(len(self._columns), path, ColumnChunker(path, keep, chunk_len), hist)
-        self._whole_steps.clear()  # their steps would not name the new column
+        chunker = ColumnChunker(path, keep, chunk_len, history=hist)
+        col = _Column(len(self._columns), path, chunker, hist)
+        self._whole = None  # its steps would not name the new column
         self._columns.append(col)
         self._path_to_column[path] = col
         return col
@@ -169,19 +175,28 @@ class TrajectoryWriter(StreamWriter):
         """
         if self._closed:
             self._check_usable()
-        if type(data) is dict and not (partial_step or self._step_open):
+        whole = self._whole
+        if (
+            whole is not None
+            and type(data) is dict
+            and len(data) == whole[0]
+            and not (partial_step or self._step_open)
+        ):
             # Fastest path: a whole step, a flat dict of the keys seen before that names every
             # column, all its values arrays or scalars.
-            calls = self._whole_steps.get(tuple(data))
-            if calls is not None:
-                for v in data.values():
-                    if type(v) not in _LEAF_TYPES:
-                        break
-                else:
+            try:
+                values = whole[1](data)
+            except KeyError:
+                values = ()
+            for v in values:
+                if type(v) not in _LEAF_TYPES:
+                    break
+            else:
+                if values:
                     step = self._episode_steps
                     episode = self._episode_id
-                    for value, (store, record) in zip(data.values(), calls):
-                        record(store(value, episode, step))
+                    for value, store in zip(values, whole[2]):
+                        store(value, episode, step)
                     self._episode_steps = step + 1
                     return
         cols = None
@@ -209,9 +224,10 @@ class TrajectoryWriter(StreamWriter):
                 cols = self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
                 leaves = list(data.values())
                 if len(cols) == len(self._columns):
-                    self._whole_steps[tuple(data)] = [
-                        (c.chunker.append, c.history.append) for c in cols
-                    ]
+                    keys = sorted(data)  # the columns' order (cols[order[k]] above)
+                    getter = itemgetter(*keys) if len(keys) > 1 else itemgetter(keys[0], keys[0])
+                    by_key = dict(zip(data, cols))
+                    self._whole = (len(keys), getter, [by_key[k].chunker.append for k in keys])
         step = self._episode_steps
         episode = self._episode_id
         if self._step_open:
@@ -226,7 +242,12 @@ class TrajectoryWriter(StreamWriter):
                     )
             for value, col in zip(leaves, cols):
                 if value is not None:
-                    col.history.set_last(col.chunker.append(value, episode, step))
+                    col.history.drop_reserved()  # the chunker appends the value in its place
+                    try:
+                        col.chunker.append(value, episode, step)
+                    except BaseException:
+                        col.history.append(None)
+                        raise
                     col.set_in_step = True
                     self._set_in_step.append(col)
         else:
@@ -234,7 +255,7 @@ class TrajectoryWriter(StreamWriter):
                 if value is None:
                     col.history.append(None)
                 else:
-                    col.history.append(col.chunker.append(value, episode, step))
+                    col.chunker.append(value, episode, step)  # appends to col.history too
             if len(cols) != len(self._columns):
                 seen = {id(c) for c in cols}
                 for col in self._columns:
@@ -285,7 +306,7 @@ class TrajectoryWriter(StreamWriter):
         self,
         table: str,
         priority: float,
-        cols: list[TrajectoryColumn],
+        cols: Sequence[TrajectoryColumn],
         packed: items_lib.Packed,
         sq: tuple[bool, ...],
         timeout_ms: int | None,
