@@ -172,13 +172,17 @@ class ColumnHistory:
     def __getitem__(self, index: Any) -> TrajectoryColumn:
         # Fast paths for the common ``h[-k]`` and ``h[-k:]`` (the newest k steps): the column
         # is built here, without a call (user code reads a column per item).
-        refs = None
         if type(index) is int:
             buf = self._buf
             if index < 0 and -index <= len(buf):
                 ref = buf[index]
                 if ref is not None:
-                    refs = (ref,)
+                    col = _new_column(TrajectoryColumn)
+                    col._refs = (ref,)
+                    col._squeeze = True
+                    col._path = self._path
+                    col._run = True
+                    return col
         elif (
             type(index) is slice
             and index.step is None
@@ -191,15 +195,13 @@ class ColumnHistory:
             n = len(buf)
             if k <= n:
                 refs = tuple(buf) if k == n else tuple(itertools.islice(buf, n - k, None))
-                if self._holes and None in refs:
-                    refs = None
-        if refs is not None:
-            col = _new_column(TrajectoryColumn)
-            col._refs = refs
-            col._squeeze = type(index) is int
-            col._path = self._path
-            col._run = True
-            return col
+                if not (self._holes and None in refs):
+                    col = _new_column(TrajectoryColumn)
+                    col._refs = refs
+                    col._squeeze = False
+                    col._path = self._path
+                    col._run = True
+                    return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)
