@@ -166,11 +166,12 @@ def test_new_keys_are_64_bit_and_distinct():
     assert new_keys(0) == []
 
 
+@pytest.mark.parametrize("size,batch", [(20, 8), (80, 50)])  # 50: vectorised replacing
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized", "fifo"])
-def test_a_full_fifo_table_takes_a_batch_at_once(sampler):
+def test_a_full_fifo_table_takes_a_batch_at_once(sampler, size, batch):
     """A full table with a Fifo remover (a replay buffer's steady state) takes a batch in one
     step, evicting its oldest items, and ends as one-by-one inserts would."""
-    one, many = _table(sampler, "fifo", 20, 0), _table(sampler, "fifo", 20, 0)
+    one, many = _table(sampler, "fifo", size, 0), _table(sampler, "fifo", size, 0)
 
     # Chunks of their own per item: no episode is shared between old and new items.
     def items(first: int, n: int) -> list[tuple]:
@@ -180,11 +181,19 @@ def test_a_full_fifo_table_takes_a_batch_at_once(sampler):
         ]
 
     for t in (one, many):
-        assert t.try_insert_many(items(1, 20)) == 20
-    for it in items(100, 8):
+        assert t.try_insert_many(items(1, size)) == size
+    for it in items(1000, batch):
         assert one.try_insert_many([it]) == 1
     with many._lock:
-        assert many._insert_batch_locked(items(100, 8), False)
+        assert many._insert_batch_locked(items(1000, batch), False)
     assert _state(one) == _state(many)
-    assert sorted(many._slots.key_to_slot) == list(range(9, 21)) + list(range(100, 108))
-    assert many._slots.num_deleted_episodes == 8
+    assert sorted(many._slots.key_to_slot) == list(range(batch + 1, size + 1)) + list(
+        range(1000, 1000 + batch)
+    )
+    assert many._slots.num_deleted_episodes == batch
+    for t in (one, many):  # they evict (finding each victim's place) and sample alike
+        for it in items(5000, size // 2):
+            assert t.try_insert_many([it]) == 1
+        t._rng = np.random.default_rng(3)
+    assert _state(one) == _state(many)
+    assert _sample(one) == _sample(many)

@@ -116,6 +116,18 @@ class Uniform(ItemSelector):
         if top >= len(pos):
             pos.extend(_minus_ones(pos, top))
         dense = self._dense
+        if len(new) >= _VECTORISE_FROM:
+            # The loop below, at once: each victim's place is read before any is written (no
+            # victim is a slot this batch already took), the new slots are distinct.
+            pv = np.frombuffer(pos, dtype=np.int64)
+            gone = np.asarray(victims, dtype=np.int64)
+            took = np.asarray(new, dtype=np.int64)
+            places = pv[gone]
+            np.frombuffer(dense, dtype=np.int64)[places] = took
+            pv[gone] = -1
+            pv[took] = places
+            del pv  # a view pins the array's size
+            return
         for s, v in zip(new, victims):
             i = pos[v]
             dense[i] = s

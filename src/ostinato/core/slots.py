@@ -39,6 +39,22 @@ _CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
 _FLAT = {Chunk}
 
 
+def _count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -> int:
+    """Adds to ``counts`` the references ``trajs`` hold per chunk. Returns the length every
+    trajectory has when all are flat (one slice per column) and of one length, else -1."""
+    flat = set(map(type, map(_FIRST, trajs))) == _FLAT
+    length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
+    if length > 0:
+        # Column by column: no tuple of chunks made per item (half the cost of the chain).
+        for j in range(0, length, 3):
+            _count_elements(counts, map(itemgetter(j), trajs))
+    else:
+        _count_elements(
+            counts, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
+        )
+    return length
+
+
 #: Sampled items per generation whose slots :meth:`Slots.remember_sampled` keeps (two
 #: generations: between RECENT_MAX and twice that many of the last sampled).
 RECENT_MAX = 2_048
@@ -173,25 +189,11 @@ class Slots:
         k = len(victims)
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
-        flat = set(map(type, map(_FIRST, trajs))) == _FLAT  # every item one slice per column
-        # The length every item's flat trajectory has, or -1 (not all flat, or lengths differ).
-        length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
-        if length > 0:
-            # Column by column: no tuple of chunks made per item (half the cost of the chain).
-            for j in range(0, length, 3):
-                _count_elements(per_chunk, map(itemgetter(j), trajs))
-        else:
-            _count_elements(
-                per_chunk,
-                chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs)),
-            )
+        length = _count_chunks(per_chunk, trajs)
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}
-            _count_elements(
-                gone_chunks,
-                chain.from_iterable(map(items_lib.chunk_refs, map(self.traj.__getitem__, victims))),
-            )
+            _count_chunks(gone_chunks, list(map(self.traj.__getitem__, victims)))
             gone_episodes: dict[int, int] = {}
             for chunk, count in gone_chunks.items():
                 e = chunk.episode_id
