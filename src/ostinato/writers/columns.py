@@ -124,6 +124,7 @@ class ColumnHistory:
         self._holes = bool(self._buf)
 
     def append(self, ref: CellRef | None) -> None:
+        # ColumnChunker.append does this inline for the refs it makes (never None): keep both.
         if len(self._buf) == self._size:
             self._offset += 1
         if ref is None:
