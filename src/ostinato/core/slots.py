@@ -44,8 +44,9 @@ def _count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -
     trajectory has when all are flat (one slice per column) and of one length, else -1."""
     flat = set(map(type, map(_FIRST, trajs))) == _FLAT
     length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
-    if length > 0:
-        # Column by column: no tuple of chunks made per item (half the cost of the chain).
+    if length > 0 and len(trajs) >= 16:
+        # Column by column: no tuple of chunks made per item (half the cost of the chain, but
+        # more for a few items).
         for j in range(0, length, 3):
             _count_elements(counts, map(itemgetter(j), trajs))
     else:
