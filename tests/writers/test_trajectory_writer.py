@@ -420,3 +420,68 @@ def test_get_signature_timeout_ms_over_the_network(make_server):
         with pytest.raises(errors.TableNotFoundError):
             w.create_item("nope", 1.0, {"x": w.history["x"][-1]})
     assert client.server_info()["q"].current_size == 1
+
+
+def test_dict_steps_and_items_in_any_key_order(client):
+    """Whole steps and items are taken apart by their keys (an itemgetter of the columns'
+    keys), whatever order a dict lists them in; a dict of other keys takes the general path."""
+    w = client.trajectory_writer(4)
+    w.append({"a": np.int32(1), "b": np.float32(2.0)})
+    w.append({"b": np.float32(20.0), "a": np.int32(10)})  # same keys, other order
+    w.append({"a": np.int32(100), "c": np.float32(3.0)})  # another key: b is missing
+    w.append({"b": np.float32(40.0), "a": np.int32(1000), "c": np.float32(4.0)})
+    assert [r.numpy() for r in w.history["a"]] == [1, 10, 100, 1000]
+    assert [None if r is None else float(r.numpy()) for r in w.history["b"]] == [
+        2.0,
+        20.0,
+        None,
+        40.0,
+    ]
+    assert [None if r is None else float(r.numpy()) for r in w.history["c"]] == [
+        None,
+        None,
+        3.0,
+        4.0,
+    ]
+    h = w.history
+    w.create_item("uniform", 1.0, {"b": h["b"][-1], "a": h["a"][-3:]})
+    w.create_item("uniform", 1.0, {"a": h["a"][-1], "b": h["b"][-1]})  # same keys, other order
+    w.create_item("uniform", 1.0, {"c": h["c"][-2:]})
+    w.flush()
+    got = _drain(client, "uniform", 50)  # columns in sorted key order (no signature)
+    kinds = set()
+    for d in got:
+        if len(d) == 1:  # {"c": h["c"][-2:]}
+            np.testing.assert_array_equal(d[0], [3.0, 4.0])
+            kinds.add("c")
+        elif np.ndim(d[0]) == 1:  # {"b": h["b"][-1], "a": h["a"][-3:]}
+            np.testing.assert_array_equal(d[0], [10, 100, 1000])
+            assert float(d[1]) == 40.0
+            kinds.add("a3")
+        else:  # {"a": h["a"][-1], "b": h["b"][-1]}
+            assert int(d[0]) == 1000 and float(d[1]) == 40.0
+            kinds.add("a1")
+    assert kinds == {"c", "a3", "a1"}
+
+
+def test_single_column_dict_steps(client):
+    w = client.trajectory_writer(3)
+    for i in range(5):
+        w.append({"x": np.float32(i)})
+        w.create_item("queue", 1.0, {"x": w.history["x"][-1]})
+    w.flush()
+    assert [float(d[0]) for d in _drain(client, "queue", 5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_partial_step_value_that_fails_keeps_the_reserved_step(client):
+    """A partial step reserves each column's step; a value refused when the step is filled
+    leaves the reservation in place (the history keeps its length)."""
+    w = client.trajectory_writer(3)
+    w.append({"a": np.float32(1.0), "b": np.float32(1.0)})
+    w.append({"a": np.float32(2.0)}, partial_step=True)
+    with pytest.raises(ValueError, match="dtype"):
+        w.append({"b": np.int64(5)})  # wrong dtype for b
+    assert len(w.history["b"]) == 2
+    w.append({"b": np.float32(2.0)})
+    assert [float(r.numpy()) for r in w.history["b"]] == [1.0, 2.0]
+    assert w.episode_steps == 2
