@@ -6,7 +6,6 @@ The checks of an item before it is sent are in :mod:`ostinato.writers.item_valid
 from __future__ import annotations
 
 import datetime
-import functools
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,16 @@ class _Column:
         self.chunker = chunker
         self.history = history
         self.set_in_step = False
+
+
+class _HistoryBeforeAppend:
+    """``TrajectoryWriter.history`` while the writer has no column: reading it raises (once
+    a column exists, the instance's own ``history`` attribute hides this)."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        raise RuntimeError("history cannot be accessed before `append` is called at least once.")
 
 
 class TrajectoryWriter(StreamWriter):
@@ -144,20 +153,19 @@ class TrajectoryWriter(StreamWriter):
             cols.append(col)
         skeleton = optree.tree_map(lambda _: 0, data, none_is_leaf=True)
         self._structure = _union(self._structure, skeleton)
-        self.__dict__.pop("history", None)  # built again, with the new columns, when next read
+        self.history = self._build_history()  # with the new columns
         self._spec_cache[treespec] = cols
         return cols
 
-    @functools.cached_property
-    def history(self) -> Any:
-        """The step structure with each leaf replaced by its :class:`ColumnHistory`.
+    #: The step structure with each leaf replaced by its :class:`ColumnHistory`: user code
+    #: reads it for every column of every item. An instance attribute, set when a column is
+    #: added; before the first ``append`` the class's descriptor raises ``RuntimeError``. Not a
+    #: ``functools.cached_property``: that writes into the instance's ``__dict__``, and once an
+    #: object's ``__dict__`` exists CPython 3.11 no longer specialises reads of its other
+    #: attributes (``self._closed``...), each then costing about 270 more CPU instructions.
+    history: Any = _HistoryBeforeAppend()
 
-        Built on first read and kept in the writer's ``__dict__`` (user code reads it for
-        every column of every item); dropped when a column is added."""
-        if self._structure is None:
-            raise RuntimeError(
-                "history cannot be accessed before `append` is called at least once."
-            )
+    def _build_history(self) -> Any:
         paths, _, spec = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
         leaves = [self._path_to_column[tuple(p)].history for p in paths]
         return optree.tree_unflatten(spec, leaves)
