@@ -150,11 +150,11 @@ class Slots:
         self.a_seq[slot] = self.next_seq
         self.next_seq += 1
         self.traj[slot] = traj
-        if len(self.key_to_slot) >= UNTRACK_FROM:  # kept out of full garbage collections
-            untrack((traj,))
+        flat = items_lib.is_flat(traj)
+        if flat and len(self.key_to_slot) >= UNTRACK_FROM:  # out of full garbage collections
+            untrack_objects(traj)
         self.squeeze[slot] = squeeze
         self.key_to_slot[key] = slot
-        flat = items_lib.is_flat(traj)
         chunks = traj[0::3] if flat else items_lib.chunk_refs(traj)
         self.store.acquire(chunks)
         er = self.episode_refs
@@ -220,7 +220,7 @@ class Slots:
             self._forget(victims)
             free.append(victims[-1])
         if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
-            untrack(trajs)
+            untrack(trajs, all_flat=length > 0)
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq

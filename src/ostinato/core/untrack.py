@@ -59,14 +59,15 @@ def available() -> bool:
     return _untrack is not None
 
 
-def untrack(trajs: Iterable[Any]) -> None:
+def untrack(trajs: Iterable[Any], all_flat: bool = False) -> None:
     """Takes the packed trajectories (items' ``traj`` tuples) of one slice per column off the
-    cyclic collector's lists; others are left as they are. Only for tuples whose contents form
-    no reference cycle."""
+    cyclic collector's lists; others are left as they are (``all_flat``: the caller knows
+    every one is of one slice per column). Only for tuples whose contents form no reference
+    cycle."""
     fn = _untrack
     if fn is None:
         return
-    _consume(map(fn, filter(items_lib.is_flat, trajs)))
+    _consume(map(fn, trajs if all_flat else filter(items_lib.is_flat, trajs)))
 
 
 def untrack_objects(*objs: Any) -> None:

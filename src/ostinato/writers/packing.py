@@ -9,7 +9,7 @@ packed form.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -114,6 +114,14 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
     return (tuple(packed) if flat else _repack(packed)), sq
 
 
+def sorted_getter(keys: Sequence[Any]) -> Callable[[dict[Any, Any]], tuple[Any, ...]]:
+    """An ``itemgetter`` of a flat dict's ``keys`` in the columns' order (sorted), which
+    always returns a tuple: with one key, that key's value twice (callers zip it against the
+    columns, or take the first). A dict of ``len(keys)`` keys in which the getter finds all of
+    them has no other key, so it stands for a cache lookup by ``tuple(dict)``."""
+    return itemgetter(*keys) if len(keys) > 1 else itemgetter(keys[0], keys[0])
+
+
 def pack_trajectory(
     trajectory: Any, key_cache: dict[Any, Any]
 ) -> tuple[Sequence[TrajectoryColumn], items_lib.Packed, tuple[bool, ...]]:
@@ -124,25 +132,24 @@ def pack_trajectory(
     every item -- is taken apart and packed in one loop; anything else goes through the two
     functions, which check everything and name what is wrong. ``key_cache`` maps a dict's keys
     to their sorted order (:func:`trajectory_columns`) and, by number of keys, the
-    ``itemgetter`` of the sorted keys last seen: a dict of that many keys that has all of them
-    has no other, so the getter takes its columns out in order without looking at its keys.
+    :func:`sorted_getter` of the sorted keys last seen, which takes a dict's columns out in
+    order without looking at its keys.
     """
     if type(trajectory) is dict:
-        entry = key_cache.get(len(trajectory))
+        getter = key_cache.get(len(trajectory))
         cols: Any = None
-        if entry is not None:
-            getter, single = entry
+        if getter is not None:
             try:
                 cols = getter(trajectory)
             except KeyError:
                 pass
             else:
-                if single:
-                    cols = (cols,)
+                if len(trajectory) == 1:
+                    cols = cols[:1]
         if cols is None:
             order = key_cache.get(tuple(trajectory))
             if order is not None:
-                key_cache[len(order)] = (itemgetter(*order), len(order) == 1)
+                key_cache[len(order)] = sorted_getter(order)
                 cols = [trajectory[k] for k in order]
         if cols is not None:
             packed: list[Any] = []

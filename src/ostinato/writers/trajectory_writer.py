@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +20,7 @@ from ostinato.validate import positive_int
 from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator
-from ostinato.writers.packing import pack_trajectory
+from ostinato.writers.packing import pack_trajectory, sorted_getter
 from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
@@ -100,11 +99,10 @@ class TrajectoryWriter(StreamWriter):
         self._structure: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
-        #: Whole steps as flat dicts that name every column: ``(number of keys, itemgetter of
-        #: the keys in column order, each column's chunker.append)``; None until such a step
-        #: is seen, and again when a column is added. A dict of that many keys that has all of
-        #: them has no other: the getter takes its values out in column order, whatever the
-        #: dict's own order (a single key is taken twice, which zip stops at).
+        #: Whole steps as flat dicts that name every column: ``(number of keys,
+        #: writers.packing.sorted_getter of the keys, each column's chunker.append)``; None
+        #: until such a step is seen, and again when a column is added. The getter takes a
+        #: step's values out in column order, whatever the dict's own order.
         self._whole: tuple[int, Any, list[Any]] | None = None
         self._traj_key_cache: dict[Any, Any] = {}  # see writers.packing.pack_trajectory
         self._episode_id = new_key()
@@ -233,9 +231,9 @@ class TrajectoryWriter(StreamWriter):
                 leaves = list(data.values())
                 if len(cols) == len(self._columns):
                     keys = sorted(data)  # the columns' order (cols[order[k]] above)
-                    getter = itemgetter(*keys) if len(keys) > 1 else itemgetter(keys[0], keys[0])
                     by_key = dict(zip(data, cols))
-                    self._whole = (len(keys), getter, [by_key[k].chunker.append for k in keys])
+                    stores = [by_key[k].chunker.append for k in keys]
+                    self._whole = (len(keys), sorted_getter(keys), stores)
         step = self._episode_steps
         episode = self._episode_id
         if self._step_open:
