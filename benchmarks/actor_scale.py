@@ -368,6 +368,9 @@ def main() -> None:
     p.add_argument("--writer-child", nargs=4, default=None, help=argparse.SUPPRESS)
     p.add_argument("--sampler-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if not args.out or "/" in args.out or args.out.startswith("."):
+        # Checked now, not after minutes of runs: the name goes into results_OUT.{json,md}.
+        p.error(f"--out {args.out!r}: a name (results_OUT.json goes beside this file), not a path")
     if args.writer_child:
         port, n, period, seconds = args.writer_child
         writer_child(args.impl, int(port), int(n), float(period), float(seconds))
