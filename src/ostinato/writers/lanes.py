@@ -62,6 +62,8 @@ class Lanes:
         self.ro: list[np.ndarray | None] = [None] * num_envs
         self.code: list[int | None] = [None] * num_envs
         self.start = np.zeros(num_envs, np.int64)
+        #: Per lane, the row its next value goes to; the writer replaces it by a row of the
+        #: positions array its columns share (see :meth:`store`).
         self.pos = np.zeros(num_envs, np.int64)
         self.cap = np.zeros(num_envs, np.int64)
         self.chunk: list[Chunk | None] = [None] * num_envs
@@ -212,7 +214,8 @@ class Lanes:
 
     def store(self, values: np.ndarray, lanes: np.ndarray | None) -> None:
         """Writes row ``lane`` of ``values`` for each lane (all lanes when ``lanes`` is None);
-        :meth:`make_room` has run."""
+        :meth:`make_room` has run. The caller then advances :attr:`pos` of those lanes by one
+        (the writer's columns share one array of positions: one numpy call for all of them)."""
         common = self.common
         pos = self.pos
         if lanes is None:
@@ -221,7 +224,6 @@ class Lanes:
             else:
                 for i, a in enumerate(self.arr):
                     a[pos[i]] = values[i]  # type: ignore[index]
-            pos += 1
             self.minfill += 1
         else:
             if common is not None:
@@ -229,7 +231,6 @@ class Lanes:
             else:
                 for i in lanes.tolist():
                     self.arr[i][pos[i]] = values[i]  # type: ignore[index]
-            pos[lanes] += 1
         self.room -= 1
 
     def fill(self, lane: int) -> int:

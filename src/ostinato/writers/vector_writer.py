@@ -104,7 +104,8 @@ class VectorTrajectoryWriter(StreamWriter):
         self._dict_order: list[Lanes] | None = None  # those keys' columns
         self._history: Any = None
         self._traj_cache: dict[tuple[Any, ...], list[str]] = {}
-        self._steps = np.zeros(self._n, np.int64)
+        self._steps = np.zeros(self._n, np.int64)  # a row of _grid once there are columns
+        self._grid = self._steps[None]
         self._minsteps = 0  # a lower bound on every environment's episode steps
         self._all = np.arange(self._n)
         #: Per trajectory layout: its squeeze flags and how far back it reaches.
@@ -167,6 +168,14 @@ class VectorTrajectoryWriter(StreamWriter):
             arr = self._array(leaf, col)
             col.first(arr, self._max_chunk_length)
             cols.append(col)
+        # Every column's positions (rows) and the episode step counts, one row each: an
+        # append advances all of them with one numpy call (see Lanes.store).
+        grid = np.zeros((len(cols) + 1, self._n), np.int64)
+        for col, row in zip(cols, grid):
+            col.pos = row
+        grid[-1] = self._steps
+        self._steps = grid[-1]
+        self._grid = grid
         self._columns = cols
         self._treespec = spec
         self._history = optree.tree_unflatten(spec, [VectorColumnHistory(c, self) for c in cols])
@@ -229,10 +238,10 @@ class VectorTrajectoryWriter(StreamWriter):
                 col.make_room(lanes, self._episodes)
             col.store(arr, lanes)
         if lanes is None:
-            self._steps += 1
+            self._grid += 1  # every column's positions and the step counts
             self._minsteps += 1
         else:
-            self._steps[lanes] += 1
+            self._grid[:, lanes] += 1
 
     # -- items ----------------------------------------------------------------------------------
     def _columns_of(self, trajectory: Any) -> list[VectorColumn]:
