@@ -21,8 +21,8 @@ import array
 import itertools
 import struct
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,6 +57,16 @@ def registered_block(code: int) -> np.ndarray | None:
 
 
 # -- per table -------------------------------------------------------------------------------------
+class BlockRows(NamedTuple):
+    """Where the items of one writer call have their rows, as a vector writer works it out
+    (:mod:`ostinato.writers.vector_rows`): item ``i``'s column ``j`` is rows ``[firsts[j, i],
+    firsts[j, i] + lengths[j])`` of the block registered under ``codes[j]``."""
+
+    firsts: np.ndarray  # (columns, items)
+    codes: tuple[int, ...]
+    lengths: tuple[int, ...]
+
+
 class Located:
     """The locations of a sampled batch: ``rows[i]`` is ``[1, code, first row, length, ...]``
     (one triple per column) for item ``i``. The blocks are looked up by code when the batch is
@@ -198,6 +208,29 @@ class Locations:
                 return
         if self._stride:
             self.array[slot * self._stride] = 0
+
+    def firsts(self, runs: Sequence[BlockRows], n: int) -> np.ndarray | None:
+        """The first rows (columns x items) of ``n`` items located by their writer in
+        ``runs``, when the runs fit this table: as many columns as its located items, one set
+        of block codes and lengths, ``n`` items in all. Else None."""
+        codes, lengths = runs[0].codes, runs[0].lengths
+        if len(codes) != self.ncols:
+            return None
+        for r in runs:
+            if r.codes != codes or r.lengths != lengths:
+                return None
+        out = runs[0].firsts if len(runs) == 1 else np.concatenate([r.firsts for r in runs], 1)
+        return out if out.shape[1] == n else None
+
+    def put(self, where: Any, runs: Sequence[BlockRows], firsts: np.ndarray) -> None:
+        """Records the locations of the items in slots ``where`` (a slice or an array): what
+        :meth:`add` would for each, from their writer's ``runs`` and :meth:`firsts`."""
+        view = self._view
+        assert view is not None
+        view[where, 0] = 1
+        view[where, 1::3] = runs[0].codes
+        view[where, 2::3] = firsts.T
+        view[where, 3::3] = runs[0].lengths
 
     def remove(self, slot: int) -> None:
         """Forgets the item in ``slot``."""

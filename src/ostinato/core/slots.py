@@ -23,7 +23,7 @@ import numpy as np
 
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, ChunkStore
-from ostinato.core.locations import Locations
+from ostinato.core.locations import BlockRows, Locations
 from ostinato.core.untrack import untrack, untrack_objects
 
 _INITIAL_CAPACITY = 64
@@ -39,11 +39,17 @@ _CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
 _FLAT = {Chunk}
 
 
-def _count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -> int:
+def _count_chunks(
+    counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed], length: int = 0
+) -> int:
     """Adds to ``counts`` the references ``trajs`` hold per chunk. Returns the length every
-    trajectory has when all are flat (one slice per column) and of one length, else -1."""
-    flat = set(map(type, map(_FIRST, trajs))) == _FLAT
-    length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
+    trajectory has when all are flat (one slice per column) and of one length, else -1.
+    ``length``: that length, when the caller knows it (0: look)."""
+    if length:
+        flat = True
+    else:
+        flat = set(map(type, map(_FIRST, trajs))) == _FLAT
+        length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
     if length > 0 and len(trajs) >= 16:
         # Column by column: no tuple of chunks made per item (half the cost of the chain, but
         # more for a few items).
@@ -175,6 +181,7 @@ class Slots:
         trajs: Sequence[items_lib.Packed],
         squeezes: Sequence[tuple[bool, ...]],
         victims: Sequence[int] = (),
+        located: Sequence[BlockRows] | None = None,
     ) -> Sequence[int] | None:
         """Stores new items (their keys distinct and unused) as :meth:`add` in turn would (the
         same slots, sequence numbers and references), with the per-item work in C-level maps;
@@ -185,12 +192,20 @@ class Slots:
         would be). Returns None, having changed nothing, when that order cannot be kept in a
         batch: an episode that only victims refer to, and new items too, would be counted as
         deleted in between. The slots are returned as a ``range`` when they are consecutive.
+
+        ``located``: where the items have their rows, as their writer worked it out, call
+        by call (a vector writer in this process holds it as arrays; for every item it is
+        what :meth:`Locations.add` would record, item by item, at a far higher cost). Used
+        when it fits this table's locations (then every item is flat, of the table's number
+        of columns), else ignored.
         """
         n = len(keys)
         k = len(victims)
+        loc = self.locations
+        firsts = None if located is None or not loc.ncols else loc.firsts(located, n)
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
-        length = _count_chunks(per_chunk, trajs)
+        length = _count_chunks(per_chunk, trajs, 0 if firsts is None else loc.flat_len)
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}
@@ -241,8 +256,9 @@ class Slots:
         self.sequence[where] = np.arange(seq, seq + n, dtype=np.int64)
         self.next_seq = seq + n
         self.key_to_slot.update(zip(keys, slots))
-        loc = self.locations
-        if length > 0 and length == loc.flat_len:
+        if firsts is not None:
+            loc.put(where, located, firsts)  # type: ignore[arg-type]
+        elif length > 0 and length == loc.flat_len:
             stride = loc.stride_bytes
             offsets = (
                 list(range(first * stride, (first + n) * stride, stride))

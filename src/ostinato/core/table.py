@@ -28,6 +28,7 @@ from ostinato.core.chunks import ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.gate import Gate, WaitStats
 from ostinato.core.keys import key_list
+from ostinato.core.locations import BlockRows
 from ostinato.core.rate_limiter import RateLimiter
 from ostinato.core.selectors import ItemSelector, check_priorities
 from ostinato.core.signature import flatten_signature
@@ -247,14 +248,17 @@ class Table(TableBookkeeping):
                 self.validate_priority(it[1])
 
     def try_insert_many(
-        self, items: Sequence[Item], assign: bool = False, checked: bool = False
+        self,
+        items: Sequence[Item],
+        assign: bool = False,
+        checked: bool = False,
+        located: Sequence[BlockRows] | None = None,
     ) -> int:
         """Inserts items in order while the rate limiter admits them, without waiting.
 
         ``checked``: the caller already ran :meth:`check_item_priorities` on ``items``.
-
-        Returns:
-          How many of ``items`` (a prefix) were inserted.
+        ``located``: where the items have their rows, from their writer (``Slots.add_many``).
+        Returns how many of ``items`` (a prefix) were inserted.
         """
         if not checked:
             self.check_item_priorities(items)
@@ -264,7 +268,7 @@ class Table(TableBookkeeping):
             if gate.closed:
                 gate.check_open()
             lim = self._limiter
-            if self._insert_batch_locked(items, assign):
+            if self._insert_batch_locked(items, assign, located):
                 done = len(items)
             else:
                 for key, priority, traj, squeeze in items:

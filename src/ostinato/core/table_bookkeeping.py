@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ostinato.core import items as items_lib
+from ostinato.core.locations import BlockRows
 from ostinato.core.ordered_selectors import Fifo
 from ostinato.core.table_contents import TableContents
 
@@ -64,13 +65,19 @@ class TableBookkeeping(TableContents):
         self._limiter.insert()
         return key
 
-    def _insert_batch_locked(self, items: Sequence[Any], assign: bool) -> bool:
+    def _insert_batch_locked(
+        self,
+        items: Sequence[Any],
+        assign: bool,
+        located: Sequence[BlockRows] | None = None,
+    ) -> bool:
         """Inserts :data:`BATCH_FROM` or more items at once, as :meth:`_insert_locked` in turn
         would, when that needs no per-item decision: the rate limiter admits all of them, no
         key is re-assigned (``assign`` is False), the keys are new and distinct, and the table
         either stays within ``max_size`` or is full with a Fifo remover (each insert past
         ``max_size`` evicts the oldest item from before the batch). Returns False (nothing
-        done) otherwise. Caller holds the lock."""
+        done) otherwise. ``located``: see :meth:`~ostinato.core.slots.Slots.add_many`. Caller
+        holds the lock."""
         slots = self._slots
         k2s = slots.key_to_slot
         n = len(items)
@@ -94,7 +101,7 @@ class TableBookkeeping(TableContents):
             victims = self._remover.oldest(evict)  # type: ignore[attr-defined]  # a Fifo
             # Samples the victims had left, read before their slots are reused.
             left = sum(mts - slots.a_times[v] for v in victims) if mts else 0
-        new = slots.add_many(keys, prios, trajs, sqs, victims)
+        new = slots.add_many(keys, prios, trajs, sqs, victims, located)
         if new is None:
             return False
         if victims:

@@ -65,9 +65,10 @@ class InProcessTransport(Transport):
             self._meta[table] = meta
         return meta
 
-    def inserter(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], int]:
-        """``try_insert(items)`` for one table (a writer's stream looks the table up once):
-        inserts the prefix of ``items`` that the rate limiter admits now, returns its length.
+    def inserter(self, table: str) -> Callable[..., int]:
+        """``try_insert(items, located=None)`` for one table (a writer's stream looks the table
+        up once): inserts the prefix of ``items`` that the rate limiter admits now, returns its
+        length (``located``: see ``Table.try_insert_many``).
         Once the server stops, its tables are closed and it raises ``CancelledError``.
         :class:`Delivery` checks priorities first (:meth:`checker`), so this does not."""
         return functools.partial(self._table(table).try_insert_many, checked=True)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from ostinato import errors
 from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
+from ostinato.core.locations import BlockRows
 
 #: Items a writer may hold that its tables have not accepted yet, before ``create_item`` blocks
 #: (in-process; over the network the gRPC transport's ``ClientOptions.max_in_flight_items``).
@@ -61,10 +62,12 @@ class WriterStream(Protocol):
 class InsertSink(Protocol):
     """Tables that :class:`Delivery` inserts into (an in-process transport)."""
 
-    def inserter(self, table: str) -> Callable[[Sequence[Item]], int]:
-        """``try_insert(items)`` for one table: inserts the prefix of ``items`` that the rate
-        limiter admits now and returns its length (raises once the table is closed). Items
-        reach it only after the table's ``checker``: it need not check their priorities."""
+    def inserter(self, table: str) -> Callable[..., int]:
+        """``try_insert(items, located=None)`` for one table: inserts the prefix of ``items``
+        that the rate limiter admits now and returns its length (raises once the table is
+        closed). Items reach it only after the table's ``checker``: it need not check their
+        priorities. ``located``: where the items have their rows, from their writer (see
+        ``Table.try_insert_many``)."""
 
     def checker(self, table: str) -> Callable[[Sequence[Item]], None]:
         """``check(items)`` for one table: raises for a priority it cannot take."""
@@ -102,6 +105,9 @@ class Delivery:
       max_pending: most items queued before ``insert`` blocks.
     """
 
+    #: ``insert`` takes where the items have their rows (``located``), which a vector writer
+    #: works out (:mod:`ostinato.writers.vector_rows`).
+    takes_location_rows = True
     #: Items the thread inserts per call (runs of items for one table).
     BATCH = 256
     #: Longest single wait of the thread on a rate limiter, so that ``close()`` is noticed.
@@ -109,7 +115,7 @@ class Delivery:
 
     def __init__(self, sink: InsertSink, max_pending: int = DEFAULT_MAX_PENDING_ITEMS):
         self._sink = sink
-        self._inserters: dict[str, Callable[[Sequence[Item]], int]] = {}
+        self._inserters: dict[str, Callable[..., int]] = {}
         self._checkers: dict[str, Callable[[Sequence[Item]], None]] = {}
         self._max = max_pending
         self._queue: deque[tuple[str, Item]] = deque()
@@ -121,6 +127,9 @@ class Delivery:
         self._closed = False
         # Items held for the next batch, all for one table; the lock is taken before _cv.
         self._held: list[Item] = []
+        # Where the held items have their rows, one entry per insert() (None: not known for
+        # every one of them).
+        self._held_located: list[BlockRows] | None = None
         self._held_table = ""
         self._held_since = 0.0
         self._held_lock = threading.Lock()
@@ -128,7 +137,15 @@ class Delivery:
     def pending(self) -> int:
         return len(self._queue) + len(self._held)
 
-    def insert(self, table: str, items: Sequence[Item], deadline: Deadline) -> None:
+    def insert(
+        self,
+        table: str,
+        items: Sequence[Item],
+        deadline: Deadline,
+        located: BlockRows | None = None,
+    ) -> None:
+        """See :class:`WriterStream`. ``located``: where ``items`` have their rows, from their
+        writer; handed to the table with them when they go in as one batch."""
         if self._error is not None:
             with self._cv:
                 self._raise_error()
@@ -147,6 +164,13 @@ class Delivery:
             first = not held
             if first:
                 self._held_table, self._held_since = table, now
+                self._held_located = []
+            runs = self._held_located
+            if runs is not None:
+                if located is None:
+                    self._held_located = None
+                else:
+                    runs.append(located)
             held.extend(items)
             if len(held) >= HOLD_ITEMS or len(held) + len(self._queue) >= self._max:
                 self._take_and_deliver(deadline, len(items))
@@ -155,11 +179,13 @@ class Delivery:
         finally:
             lock.release()
 
-    def _take(self) -> tuple[str, list[Item]]:
-        """Empties the held batch (held lock taken); returns its table and items."""
+    def _take(self) -> tuple[str, list[Item], list[BlockRows] | None]:
+        """Empties the held batch (held lock taken); returns its table, items and where they
+        have their rows (or None)."""
         items = self._held[:]
         self._held.clear()
-        return self._held_table, items
+        located, self._held_located = self._held_located, None
+        return self._held_table, items, located
 
     def _fail(self, e: BaseException) -> None:
         """Records the error that stops delivery; the writer's next call raises it."""
@@ -173,9 +199,9 @@ class Delivery:
         are the current ``insert`` call's: if the deadline passes while they wait for room in
         the queue, those not stored are dropped (the call raises, as for a single item) and
         the earlier ones are held again."""
-        table, items = self._take()
+        table, items, located = self._take()
         try:
-            self._deliver(table, items, deadline)
+            self._deliver(table, items, deadline, located)
         except errors.DeadlineExceededError as e:
             left = getattr(e, "undelivered", 0)
             keep = items[len(items) - left : len(items) - own] if left > own else []
@@ -192,20 +218,27 @@ class Delivery:
             return True  # the writer is in a call: it will deliver or come back
         try:
             if self._held and now - self._held_since >= HOLD_SECONDS:
-                table, items = self._take()
+                table, items, located = self._take()
                 try:
-                    self._deliver(table, items, None)
+                    self._deliver(table, items, None, located)
                 except BaseException as e:  # noqa: BLE001 - handed to the writer's next call
                     self._fail(e)
             return bool(self._held)
         finally:
             self._held_lock.release()
 
-    def _deliver(self, table: str, items: Sequence[Item], deadline: Deadline | None) -> None:
+    def _deliver(
+        self,
+        table: str,
+        items: Sequence[Item],
+        deadline: Deadline | None,
+        located: list[BlockRows] | None = None,
+    ) -> None:
         """Inserts what the rate limiter admits now and queues the rest for the thread;
         ``deadline=None`` queues without waiting for room."""
         if not self._queue and not self._error:
-            done = self._inserters[table](items)  # the usual case: admitted at once
+            # The usual case: admitted at once.
+            done = self._inserters[table](items, located=located)
             if done == len(items):
                 return
             items = items[done:]
@@ -258,7 +291,7 @@ class Delivery:
 
     def close(self) -> int:
         with self._held_lock:  # held items go in as they would have: what the limiter admits
-            table, items = self._take()
+            table, items, _ = self._take()
         dropped = 0
         if items and self._error is None and not self._queue:
             try:

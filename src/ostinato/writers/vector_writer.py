@@ -39,6 +39,7 @@ from ostinato.validate import positive_int
 from ostinato.writers.item_validation import ItemValidator
 from ostinato.writers.lanes import Lanes, VectorColumn, VectorColumnHistory, column_name
 from ostinato.writers.stream_writer import StreamWriter
+from ostinato.writers.vector_rows import LocationRows
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
@@ -119,6 +120,8 @@ class VectorTrajectoryWriter(StreamWriter):
         self._stream = transport.writer_stream(
             self._keep_keys, None if max_pending_items is None else int(max_pending_items)
         )
+        #: The items' location rows, made here when the stream takes them (in-process).
+        self._rows: LocationRows | None = None
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -176,6 +179,8 @@ class VectorTrajectoryWriter(StreamWriter):
         grid[-1] = self._steps
         self._steps = grid[-1]
         self._grid = grid
+        if getattr(self._stream, "takes_location_rows", False):
+            self._rows = LocationRows(grid)
         self._columns = cols
         self._treespec = spec
         self._history = optree.tree_unflatten(spec, [VectorColumnHistory(c, self) for c in cols])
@@ -355,6 +360,7 @@ class VectorTrajectoryWriter(StreamWriter):
         shared: dict[tuple[int, int], list[int]] = {}  # every lane's offset
         # The selected lanes' offsets, and whether some reach back into closed chunks.
         chosen: dict[tuple[int, int], tuple[list[int], bool]] = {}
+        located = self._rows is not None  # while every column is in its lanes' current chunk
         for c in cols:
             lanes_c = c.lanes
             back = c.back
@@ -376,6 +382,7 @@ class VectorTrajectoryWriter(StreamWriter):
             if not behind:  # in each lane's current chunk
                 parts += (list(map(ch.__getitem__, sel_list)), off_list, repeat(c.length, count))
             else:  # some lanes reach back into closed chunks: their slices, one by one
+                located = False
                 sl = [
                     [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, back, c.length)
                     for i, o in zip(sel_list, off_list)
@@ -398,7 +405,11 @@ class VectorTrajectoryWriter(StreamWriter):
         )
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
-            self._stream.insert(table, items, deadline)
+            if located:  # an in-process stream: it takes where the items have their rows
+                rows = self._rows.rows(cols, layout, lanes)  # type: ignore[union-attr]
+                self._stream.insert(table, items, deadline, rows)  # type: ignore[call-arg]
+            else:
+                self._stream.insert(table, items, deadline)
         except errors.DeadlineExceededError as e:
             raise errors.DeadlineExceededError(
                 f"create_items waited for the server to accept pending items: {e}"

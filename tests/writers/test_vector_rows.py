@@ -1,0 +1,165 @@
+"""Where a vector writer's items have their rows, worked out by the writer (writers.vector_rows).
+
+In process, a vector writer hands its table each call's locations as arrays, and the table
+writes them without looking at the items. Whatever the calls -- masks, items that reach back
+to other chunks, ends of episodes with and without clearing, blocks that fill up while some
+lanes still write into the old one -- every location the table holds must be the one it would
+have worked out itself from the item (``Locations.add``), and a sampled batch must hold the
+same data whether gathered by location or read chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ostinato as reverb
+from ostinato import testing
+from ostinato.core import assemble, locations
+from ostinato.core.deadline import Deadline
+from ostinato.core.items import SampleBatch
+from ostinato.writers import lanes as lanes_mod
+
+KEYS = ("obs", "a", "r")
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 2 KiB: they fill up every few chunks, so lanes are often in different ones."""
+    monkeypatch.setattr(lanes_mod, "BLOCK_BYTES", 2048)
+
+
+@pytest.fixture
+def puts(monkeypatch):
+    """Counts the table's writes of locations made by writers (``Locations.put``)."""
+    calls = []
+    put = locations.Locations.put
+
+    def counted(self, where, runs, firsts):
+        calls.append(firsts.shape[1])
+        return put(self, where, runs, firsts)
+
+    monkeypatch.setattr(locations.Locations, "put", counted)
+    return calls
+
+
+def _table(name="t"):
+    return reverb.Table(
+        name,
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        100_000,
+        reverb.rate_limiters.MinSize(1),
+    )
+
+
+def _step(rng, n, t):
+    return {
+        "obs": rng.standard_normal((n, 3)).astype(np.float32),
+        "a": np.full(n, t, np.int32),
+        "r": np.arange(n, dtype=np.float64) + 100 * t,
+    }
+
+
+def _check_table(server, client, table="t"):
+    """Every stored item's location is what the table would work out itself; sampled batches
+    gather the same data by location and chunk by chunk."""
+    slots = server.tables_by_name[table]._slots
+    loc = slots.locations
+    fresh = locations.Locations(slots.capacity)
+    for slot in slots.key_to_slot.values():
+        fresh.add(slot, slots.traj[slot])
+    for slot in slots.key_to_slot.values():
+        assert loc.array[slot * loc._stride : (slot + 1) * loc._stride].tolist() == (
+            fresh.array[slot * fresh._stride : (slot + 1) * fresh._stride].tolist()
+        ), slot
+    n = len(slots)
+    if not n:
+        return
+    batch = client.transport.sample(table, min(n, 64), Deadline.never())
+    fast = assemble.gather(batch)
+    slow = assemble.gather(
+        SampleBatch(
+            batch.keys,
+            batch.probabilities,
+            batch.table_sizes,
+            batch.priorities,
+            batch.times_sampled,
+            batch.trajectories,
+            batch.squeeze,
+        )
+    )
+    if slow is None:  # items of different lengths in one batch
+        return
+    assert fast is not None
+    for x, y in zip(fast, slow):
+        np.testing.assert_array_equal(x, y)
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["append"] * 4 + ["items"] * 3 + ["end", "keep"]),
+        st.lists(st.booleans(), min_size=6, max_size=6),
+        st.integers(0, 10),
+        st.integers(0, 10),
+    ),
+    min_size=20,
+    max_size=120,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS, keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 3, 8]))
+def test_locations_from_the_writer_are_the_tables_own(ops, keep, chunk):
+    n = 6
+    rng = np.random.default_rng(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lanes_mod, "BLOCK_BYTES", 2048)
+        with testing.in_process_server(_table()) as (server, client):
+            w = client.vector_writer(n, keep, max_chunk_length=chunk)
+            t = 0
+            for op, mask, a, b in ops:
+                m = np.array(mask, bool)
+                if op == "append":
+                    w.append(_step(rng, n, t), mask=None if a % 2 else m)
+                    t += 1
+                elif op == "items" and t:
+                    back = 1 + a % keep
+                    length = 1 + b % back
+                    ok = w.episode_steps >= back
+                    sel = ok if a % 4 else ok & m
+                    sl = slice(-back, None if back == length else -back + length)
+                    traj = {k: w.history[k][sl] for k in KEYS}
+                    w.create_items("t", 1.0, traj, mask=sel)
+                    if b % 4:
+                        w.flush()  # the call's items go in as one batch (often located)
+                elif op in ("end", "keep"):
+                    w.end_episode(m, clear_buffers=op == "end")
+            w.flush()
+            _check_table(server, client)
+            w.close()
+
+
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_the_table_takes_the_writers_locations(small_blocks, puts, chunk):
+    """A long run with masks, episode ends and blocks that fill up while other lanes still
+    write into the old one: many items' locations come from the writer, and all are right."""
+    n = 8
+    rng = np.random.default_rng(3)
+    with testing.in_process_server(_table(), _table("u")) as (server, client):
+        with client.vector_writer(n, 5, max_chunk_length=chunk) as w:
+            for t in range(600):
+                some = rng.random(n) < 0.5 if t % 2 else None  # lanes fall out of step
+                w.append(_step(rng, n, t), mask=some)
+                h = w.history
+                w.create_items("t", 1.0, {k: h[k][-5:] for k in KEYS}, mask=w.episode_steps >= 5)
+                if t % 3 == 0:  # another table in between: the held items go in at once
+                    w.create_items("u", 1.0, {k: h[k][-1] for k in KEYS}, mask=w.episode_steps >= 1)
+                if t % 37 == 36:
+                    w.end_episode(rng.random(n) < 0.3)
+        for table in ("t", "u"):
+            _check_table(server, client, table)
+        stored = sum(client.server_info()[table].current_size for table in ("t", "u"))
+        assert sum(puts) >= 200, (sum(puts), stored)  # hundreds took the writer's path
