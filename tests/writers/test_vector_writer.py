@@ -48,7 +48,7 @@ def _check_fills_agree(vw):
     (``create_items`` computes their offsets once)."""
     by_rows = {}
     for col in vw._columns:
-        fill = (col.pos - col.start).tolist(), col.live.tolist()
+        fill = (col.pos - col.start).tolist(), col.live.tolist(), col.cap.tolist(), col.room
         assert by_rows.setdefault(col.rows, fill) == fill, col.path
 
 

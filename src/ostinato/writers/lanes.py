@@ -136,18 +136,30 @@ class Lanes:
         self.pos[lane] = self.start[lane]
         self.cap[lane] = rows
 
-    def make_room(self, lanes: np.ndarray | None, episodes: list[int]) -> None:
+    def make_room(self, lanes: np.ndarray | None, episodes: list[int]) -> tuple[list[int], int]:
         """Starts a chunk for each of ``lanes`` (default all) whose chunk is full or closed,
-        then recomputes :attr:`room`."""
+        then recomputes :attr:`room`. Returns the lanes given a chunk and the room: what
+        :meth:`make_room_as` takes to do the same in a column with as many rows per chunk
+        (whose lanes' fills and capacities are those of this column, see the class)."""
         sel = slice(None) if lanes is None else lanes
         need = self.pos[sel] >= (self.start[sel] + self.cap[sel])
         need |= ~self.live[sel]
+        idx: list[int] = []
         if np.count_nonzero(need):
-            idx = np.flatnonzero(need) if lanes is None else lanes[need]
-            self._open(idx.tolist(), episodes)
+            idx = (np.flatnonzero(need) if lanes is None else lanes[need]).tolist()
+            self._open(idx, episodes)
         # Every lane is live after a call for all of them; after one for some, look again
         # at the next append.
         self.room = int((self.start + self.cap - self.pos).min()) if lanes is None else 0
+        return idx, self.room
+
+    def make_room_as(self, done: tuple[list[int], int], episodes: list[int]) -> None:
+        """:meth:`make_room`, given what it returned for another column of as many rows per
+        chunk in the same append (no numpy call)."""
+        idx, room = done
+        if idx:
+            self._open(idx, episodes)
+        self.room = room
 
     def _open(self, lanes: list[int], episodes: list[int]) -> None:
         for lane in lanes:

@@ -238,9 +238,17 @@ class VectorTrajectoryWriter(StreamWriter):
             arrays.append(arr)
         if lanes is not None and not len(lanes):
             return  # checked, nothing to write
+        made: dict[int, tuple[list[int], int]] | None = None  # rows per chunk -> make_room's
         for arr, col in zip(arrays, cols):  # type: ignore[arg-type]
             if col.room <= 0:  # some lane's chunk may be full or closed: look
-                col.make_room(lanes, self._episodes)
+                # Columns with as many rows per chunk need room in the same lanes (see Lanes).
+                if made is None:
+                    made = {}
+                done = made.get(col.rows)
+                if done is None:
+                    made[col.rows] = col.make_room(lanes, self._episodes)
+                else:
+                    col.make_room_as(done, self._episodes)
             col.store(arr, lanes)
         if lanes is None:
             self._grid += 1  # every column's positions and the step counts
