@@ -189,6 +189,22 @@ def test_items_data_and_priorities(client):
     assert (b2.data[0][:, 0] == 1.0).all() and (b2.data[0][:, 1] == 2.0).all()
 
 
+def test_episode_step_counts(client):
+    with client.vector_writer(3, 2) as w:
+        assert w.min_episode_steps == 0 and w.steps_at_least(0).all()
+        w.append(_obs(3))
+        w.append(_obs(3), mask=np.array([True, False, True]))
+        assert w.episode_steps.tolist() == [2, 1, 2]
+        assert w.steps_at_least(2).tolist() == [True, False, True]
+        assert 0 <= w.min_episode_steps <= 1  # a lower bound
+        w.append(_obs(3))
+        w.append(_obs(3))
+        assert 2 <= w.min_episode_steps <= w.episode_steps.min() == 3
+        w.end_episode(np.array([False, True, False]))
+        assert w.min_episode_steps == 0 and w.episode_steps.tolist() == [4, 0, 4]
+        assert w.steps_at_least(1).tolist() == [True, False, True]
+
+
 def test_history_numpy_per_environment(client):
     w = client.vector_writer(2, 3)
     for t in range(5):

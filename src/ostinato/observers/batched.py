@@ -152,6 +152,8 @@ class BatchedBase:
 
     @staticmethod
     def _check_batched_step(step: Any) -> None:
+        if type(step) is dict:
+            return
         if not (callable(getattr(step, "is_boundary", None)) or isinstance(step, Mapping)):
             raise TypeError(
                 "a batched step must be a TF-Agents Trajectory or a mapping of arrays with a "

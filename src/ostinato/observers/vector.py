@@ -176,15 +176,21 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
             self._window = optree.tree_map(
                 lambda h: h[s], w.history, is_leaf=_is_history, none_is_leaf=False
             )
-        c = w.episode_steps  # the writer counts each environment's steps since its reset
-        due = c >= self._length
-        if self._stride > 1:
-            due &= (c - self._length) % self._stride == 0
-        if mask is not None:
-            due &= mask
-        k = _count(due)
-        if k:
+        # The writer counts each environment's steps since its reset.
+        if mask is None and self._stride == 1 and w.min_episode_steps >= self._length:
+            k, m = self._num_envs, None  # every environment has a window (no numpy call)
+        else:
+            if self._stride > 1:
+                c = w.episode_steps
+                due = c >= self._length
+                due &= (c - self._length) % self._stride == 0
+            else:
+                due = w.steps_at_least(self._length)
+            if mask is not None:
+                due &= mask
+            k = _count(due)
             m = None if k == len(due) else due
+        if k:
             for name in self._table_names:
                 w.create_items(name, self._priority, self._window, mask=m)
 
@@ -223,7 +229,7 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
     def _boundaries(self, step: Any) -> np.ndarray | None:
         """Per environment, whether ``step`` ends its episode (None: not looked at)."""
         n = self._num_envs
-        method = getattr(step, "is_boundary", None)
+        method = None if type(step) is dict else getattr(step, "is_boundary", None)
         if callable(method):
             b = np.asarray(method())
         elif "step_type" in step:

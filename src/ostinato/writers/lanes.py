@@ -146,7 +146,7 @@ class Lanes:
         need |= ~self.live[sel]
         idx: list[int] = []
         if np.count_nonzero(need):
-            idx = (np.flatnonzero(need) if lanes is None else lanes[need]).tolist()
+            idx = (need.nonzero()[0] if lanes is None else lanes[need]).tolist()
             self._open(idx, episodes)
         # Every lane is live after a call for all of them; after one for some, look again
         # at the next append.
