@@ -25,7 +25,9 @@ columns are not supported; ``end_episode`` does not wait for the items already c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +40,7 @@ from ostinato.core.keys import new_key, new_keys
 from ostinato.validate import positive_int
 from ostinato.writers.item_validation import ItemValidator
 from ostinato.writers.lanes import Lanes, VectorColumn, VectorColumnHistory, column_name
+from ostinato.writers.packing import sorted_getter
 from ostinato.writers.stream_writer import StreamWriter
 from ostinato.writers.vector_rows import LocationRows
 
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
 
 _NEVER = Deadline.never()
 _BOOL = np.dtype(bool)
+_VECTOR_COLUMN = {VectorColumn}
 
 
 def _is_vcol(x: Any) -> bool:
@@ -105,7 +109,7 @@ class VectorTrajectoryWriter(StreamWriter):
         self._keys: tuple[Any, ...] | None = None  # a flat dict's keys, in its order
         self._dict_order: list[Lanes] | None = None  # those keys' columns
         self._history: Any = None
-        self._traj_cache: dict[tuple[Any, ...], list[str]] = {}
+        self._traj_getters: dict[int, Any] = {}  # see _columns_of
         self._steps = np.zeros(self._n, np.int64)  # a row of _grid once there are columns
         self._grid = self._steps[None]
         self._minsteps = 0  # a lower bound on every environment's episode steps
@@ -269,14 +273,22 @@ class VectorTrajectoryWriter(StreamWriter):
             self._grid[:, lanes] += 1
 
     # -- items ----------------------------------------------------------------------------------
-    def _columns_of(self, trajectory: Any) -> list[VectorColumn]:
-        if type(trajectory) is dict:
-            order = self._traj_cache.get(tuple(trajectory))
-            if order is None:
-                order = sorted(trajectory)
-                self._traj_cache[tuple(trajectory)] = order
-            cols = [trajectory[k] for k in order]
-            if all(type(c) is VectorColumn for c in cols) and cols:
+    def _columns_of(self, trajectory: Any) -> Sequence[VectorColumn]:
+        if type(trajectory) is dict and trajectory:
+            # The columns in the order of the sorted keys, taken out by the getter of the
+            # keys last seen in a dict of as many (writers.packing.sorted_getter).
+            n = len(trajectory)
+            getter = self._traj_getters.get(n)
+            try:
+                cols = getter(trajectory) if getter is not None else None
+            except KeyError:
+                cols = None
+            if cols is None:
+                getter = self._traj_getters[n] = sorted_getter(sorted(trajectory))
+                cols = getter(trajectory)
+            if n == 1:
+                cols = cols[:1]
+            if set(map(type, cols)) == _VECTOR_COLUMN:
                 return cols
         cols = optree.tree_leaves(trajectory, is_leaf=_is_vcol, none_is_leaf=True)
         if not cols:
@@ -374,38 +386,39 @@ class VectorTrajectoryWriter(StreamWriter):
         # Packed trajectories: per column a (chunk, offset, length) triple per item.
         parts: list[Any] = []
         flat = True
-        sel_list: list[int] | None = None  # made when a column needs it
+        pick: Any = None  # the selected lanes' entries of a per-lane list (made when needed)
         # Offsets per (rows per chunk, steps back): columns with as many rows per chunk fill
         # and close their lanes' chunks at the same steps (see Lanes), so their offsets agree.
         shared: dict[tuple[int, int], list[int]] = {}  # every lane's offset
         # The selected lanes' offsets, and whether some reach back into closed chunks.
-        chosen: dict[tuple[int, int], tuple[list[int], bool]] = {}
+        chosen: dict[tuple[int, int], tuple[Sequence[int], bool]] = {}
         located = self._rows is not None  # while every column is in its lanes' current chunk
         for c in cols:
             lanes_c = c.lanes
             back = c.back
             group = (lanes_c.rows, back)
             every = shared.get(group)
-            if every is None:
-                every = shared[group] = (lanes_c.pos - lanes_c.start - back).tolist()
-            if lanes is None and back <= lanes_c.minfill:  # in every lane's current chunk
+            if every is None:  # one numpy call (subtracting a Python int would be a second)
+                every = shared[group] = [f - back for f in (lanes_c.pos - lanes_c.start).tolist()]
+            current = back <= lanes_c.minfill  # then in every lane's current chunk
+            if lanes is None and current:
                 parts += (lanes_c.chunk, every, repeat(c.length, count))
                 continue
-            if sel_list is None:
-                sel_list = sel.tolist()
+            if lanes is not None and pick is None:
+                pick = _picker(sel.tolist())
             got = chosen.get(group)
             if got is None:  # list work, no numpy
-                offs_sel = list(map(every.__getitem__, sel_list))
-                got = chosen[group] = (offs_sel, min(offs_sel) < 0)
+                offs = every if lanes is None else pick(every)
+                got = chosen[group] = (offs, not current and min(offs) < 0)
             off_list, behind = got
             ch = lanes_c.chunk
             if not behind:  # in each lane's current chunk
-                parts += (list(map(ch.__getitem__, sel_list)), off_list, repeat(c.length, count))
+                parts += (ch if lanes is None else pick(ch), off_list, repeat(c.length, count))
             else:  # some lanes reach back into closed chunks: their slices, one by one
                 located = False
                 sl = [
                     [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, back, c.length)
-                    for i, o in zip(sel_list, off_list)
+                    for i, o in zip(sel.tolist(), off_list)
                 ]
                 if all(len(x) == 1 for x in sl):
                     parts.append([x[0][0] for x in sl])
@@ -484,6 +497,14 @@ class VectorTrajectoryWriter(StreamWriter):
             f"VectorTrajectoryWriter(num_envs={self._n}, columns={len(self._columns)}, "
             f"pending={self._stream.pending()}, closed={self._closed})"
         )
+
+
+def _picker(lanes: list[int]) -> Any:
+    """A function taking the entries of ``lanes`` out of a per-lane list, as a tuple (in C:
+    ``itemgetter``, which returns a lone entry bare)."""
+    if len(lanes) == 1:
+        return itemgetter(lanes[0], lanes[0])  # a tuple, then cut to one entry by zip
+    return itemgetter(*lanes)
 
 
 def _repack(parts: list[Any], j: int) -> tuple[Any, ...]:
