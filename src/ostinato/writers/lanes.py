@@ -75,6 +75,11 @@ class Lanes:
         self.closed: list[deque[tuple[Chunk, int]]] = [deque() for _ in range(num_envs)]
         #: The array every lane writes into (one store for all), or None.
         self.common: np.ndarray | None = None
+        #: For rows of several values: each row as one opaque value (``np.void``), and
+        #: :attr:`common` seen so, which :meth:`store` writes into with a 1-D index (numpy's
+        #: row-wise fancy assignment costs twice as much).
+        self.row_dtype: np.dtype | None = None
+        self.common_rows: np.ndarray | None = None
 
     # -- set-up --------------------------------------------------------------------------------
     def first(self, arr: np.ndarray, max_chunk_length: int | None) -> None:
@@ -94,6 +99,8 @@ class Lanes:
             self.rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
         self.blocked = row_bytes <= BLOCK_MAX_ROW_BYTES
         self.row_bytes = row_bytes
+        if self.blocked and self.shape:
+            self.row_dtype = np.dtype((np.void, row_bytes))
 
     def check(self, arr: np.ndarray) -> None:
         if arr.dtype != self.dtype:
@@ -189,6 +196,9 @@ class Lanes:
         arrs = self.arr
         first = arrs[0]
         self.common = first if self.blocked and all(a is first for a in arrs) else None
+        self.common_rows = None
+        if self.common is not None and self.row_dtype is not None:
+            self.common_rows = self.common.reshape(len(self.common), -1).view(self.row_dtype)[:, 0]
 
     def _keep_closed(self, lane: int, chunk: Chunk, rows: int) -> None:
         q = self.closed[lane]
@@ -231,7 +241,10 @@ class Lanes:
         common = self.common
         pos = self.pos
         if lanes is None:
-            if common is not None:
+            rows = self.common_rows
+            if rows is not None:  # the same bytes as common[pos] = values
+                rows[pos] = values.reshape(self.n, -1).view(self.row_dtype)[:, 0]
+            elif common is not None:
                 common[pos] = values
             else:
                 for i, a in enumerate(self.arr):

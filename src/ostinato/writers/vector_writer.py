@@ -475,7 +475,7 @@ class VectorTrajectoryWriter(StreamWriter):
                 self._steps[i] = 0
                 self._minsteps = 0
         for col in self._columns:
-            col.common = None
+            col.common = col.common_rows = None
 
     def _release_spare_rows(self) -> None:
         for col in self._columns:
