@@ -10,6 +10,8 @@ same data whether gathered by location or read chunk by chunk.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 import ostinato as reverb
 from ostinato import testing
 from ostinato.core import assemble, locations
+from ostinato.core import items as items_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.items import SampleBatch
 from ostinato.writers import lanes as lanes_mod
@@ -63,9 +66,21 @@ def _step(rng, n, t):
     }
 
 
+def _check_refs(server):
+    """Each chunk counts as many references as the stored items hold (a chunk released too
+    early would lose rows that items still use)."""
+    held = collections.Counter()
+    for t in server.tables_by_name.values():
+        s = t._slots
+        for slot in s.key_to_slot.values():
+            held.update(items_lib.chunk_refs(s.traj[slot]))
+    assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}
+
+
 def _check_table(server, client, table="t"):
     """Every stored item's location is what the table would work out itself; sampled batches
     gather the same data by location and chunk by chunk."""
+    _check_refs(server)
     slots = server.tables_by_name[table]._slots
     loc = slots.locations
     fresh = locations.Locations(slots.capacity)

@@ -57,14 +57,16 @@ def registered_block(code: int) -> np.ndarray | None:
 
 
 # -- per table -------------------------------------------------------------------------------------
-class BlockRows(NamedTuple):
-    """Where the items of one writer call have their rows, as a vector writer works it out
-    (:mod:`ostinato.writers.vector_rows`): item ``i``'s column ``j`` is rows ``[firsts[j, i],
-    firsts[j, i] + lengths[j])`` of the block registered under ``codes[j]``."""
+class LocatedCall(NamedTuple):
+    """The items of one writer call as a vector writer knows them (a call creates an item per
+    selected environment; see :mod:`ostinato.writers.vector_rows`): item ``i``'s column ``j``
+    is rows ``[firsts[j, i], firsts[j, i] + lengths[j])`` of the block registered under
+    ``codes[j]``, and of the chunk ``chunks[j][i]`` (one slice per column)."""
 
     firsts: np.ndarray  # (columns, items)
     codes: tuple[int, ...]
     lengths: tuple[int, ...]
+    chunks: tuple[Sequence[Any], ...]  # per column, each item's chunk
 
 
 class Located:
@@ -209,7 +211,7 @@ class Locations:
         if self._stride:
             self.array[slot * self._stride] = 0
 
-    def firsts(self, runs: Sequence[BlockRows], n: int) -> np.ndarray | None:
+    def firsts(self, runs: Sequence[LocatedCall], n: int) -> np.ndarray | None:
         """The first rows (columns x items) of ``n`` items located by their writer in
         ``runs``, when the runs fit this table: as many columns as its located items, one set
         of block codes and lengths, ``n`` items in all. Else None."""
@@ -222,7 +224,7 @@ class Locations:
         out = runs[0].firsts if len(runs) == 1 else np.concatenate([r.firsts for r in runs], 1)
         return out if out.shape[1] == n else None
 
-    def put(self, where: Any, runs: Sequence[BlockRows], firsts: np.ndarray) -> None:
+    def put(self, where: Any, runs: Sequence[LocatedCall], firsts: np.ndarray) -> None:
         """Records the locations of the items in slots ``where`` (a slice or an array): what
         :meth:`add` would for each, from their writer's ``runs`` and :meth:`firsts`."""
         view = self._view

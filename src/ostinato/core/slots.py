@@ -23,7 +23,7 @@ import numpy as np
 
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk, ChunkStore
-from ostinato.core.locations import BlockRows, Locations
+from ostinato.core.locations import LocatedCall, Locations
 from ostinato.core.untrack import untrack, untrack_objects
 
 _INITIAL_CAPACITY = 64
@@ -39,17 +39,11 @@ _CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
 _FLAT = {Chunk}
 
 
-def _count_chunks(
-    counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed], length: int = 0
-) -> int:
+def _count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -> int:
     """Adds to ``counts`` the references ``trajs`` hold per chunk. Returns the length every
-    trajectory has when all are flat (one slice per column) and of one length, else -1.
-    ``length``: that length, when the caller knows it (0: look)."""
-    if length:
-        flat = True
-    else:
-        flat = set(map(type, map(_FIRST, trajs))) == _FLAT
-        length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
+    trajectory has when all are flat (one slice per column) and of one length, else -1."""
+    flat = set(map(type, map(_FIRST, trajs))) == _FLAT
+    length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
     if length > 0 and len(trajs) >= 16:
         # Column by column: no tuple of chunks made per item (half the cost of the chain, but
         # more for a few items).
@@ -60,6 +54,32 @@ def _count_chunks(
             counts, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
         )
     return length
+
+
+def _count_located(counts: dict[Chunk, int], calls: Sequence[LocatedCall], ncols: int) -> None:
+    """Adds to ``counts`` the references that the items of writer ``calls`` hold per chunk:
+    column by column, consecutive calls with the same chunks (a vector writer's calls between
+    two chunk changes) are counted once, times their number, instead of item by item."""
+    for j in range(ncols):
+        run: Sequence[Chunk] = ()
+        times = 0
+        for call in calls:
+            chunks = call.chunks[j]
+            if chunks == run:  # the same chunks in the same lanes (identity first)
+                times += 1
+                continue
+            _add_times(counts, run, times)
+            run, times = chunks, 1
+        _add_times(counts, run, times)
+
+
+def _add_times(counts: dict[Chunk, int], chunks: Sequence[Chunk], times: int) -> None:
+    if times == 1:
+        _count_elements(counts, chunks)
+    elif times:
+        get = counts.get
+        for c in chunks:
+            counts[c] = get(c, 0) + times
 
 
 #: Sampled items per generation whose slots :meth:`Slots.remember_sampled` keeps (two
@@ -181,7 +201,7 @@ class Slots:
         trajs: Sequence[items_lib.Packed],
         squeezes: Sequence[tuple[bool, ...]],
         victims: Sequence[int] = (),
-        located: Sequence[BlockRows] | None = None,
+        located: Sequence[LocatedCall] | None = None,
     ) -> Sequence[int] | None:
         """Stores new items (their keys distinct and unused) as :meth:`add` in turn would (the
         same slots, sequence numbers and references), with the per-item work in C-level maps;
@@ -205,7 +225,11 @@ class Slots:
         firsts = None if located is None or not loc.ncols else loc.firsts(located, n)
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
-        length = _count_chunks(per_chunk, trajs, 0 if firsts is None else loc.flat_len)
+        if firsts is None:
+            length = _count_chunks(per_chunk, trajs)
+        else:  # every item flat, of the table's number of columns
+            _count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
+            length = loc.flat_len
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}

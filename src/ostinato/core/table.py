@@ -28,7 +28,7 @@ from ostinato.core.chunks import ChunkStore
 from ostinato.core.deadline import Deadline
 from ostinato.core.gate import Gate, WaitStats
 from ostinato.core.keys import key_list
-from ostinato.core.locations import BlockRows
+from ostinato.core.locations import LocatedCall
 from ostinato.core.rate_limiter import RateLimiter
 from ostinato.core.selectors import ItemSelector, check_priorities
 from ostinato.core.signature import flatten_signature
@@ -252,7 +252,7 @@ class Table(TableBookkeeping):
         items: Sequence[Item],
         assign: bool = False,
         checked: bool = False,
-        located: Sequence[BlockRows] | None = None,
+        located: Sequence[LocatedCall] | None = None,
     ) -> int:
         """Inserts items in order while the rate limiter admits them, without waiting.
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ostinato.core import items as items_lib
-from ostinato.core.locations import BlockRows
+from ostinato.core.locations import LocatedCall
 from ostinato.core.ordered_selectors import Fifo
 from ostinato.core.table_contents import TableContents
 
@@ -69,7 +69,7 @@ class TableBookkeeping(TableContents):
         self,
         items: Sequence[Any],
         assign: bool,
-        located: Sequence[BlockRows] | None = None,
+        located: Sequence[LocatedCall] | None = None,
     ) -> bool:
         """Inserts :data:`BATCH_FROM` or more items at once, as :meth:`_insert_locked` in turn
         would, when that needs no per-item decision: the rate limiter admits all of them, no

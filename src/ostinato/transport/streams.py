@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from ostinato import errors
 from ostinato.core.client_stats import CLIENT
 from ostinato.core.deadline import Deadline, wait_for
-from ostinato.core.locations import BlockRows
+from ostinato.core.locations import LocatedCall
 
 #: Items a writer may hold that its tables have not accepted yet, before ``create_item`` blocks
 #: (in-process; over the network the gRPC transport's ``ClientOptions.max_in_flight_items``).
@@ -129,7 +129,7 @@ class Delivery:
         self._held: list[Item] = []
         # Where the held items have their rows, one entry per insert() (None: not known for
         # every one of them).
-        self._held_located: list[BlockRows] | None = None
+        self._held_located: list[LocatedCall] | None = None
         self._held_table = ""
         self._held_since = 0.0
         self._held_lock = threading.Lock()
@@ -142,7 +142,7 @@ class Delivery:
         table: str,
         items: Sequence[Item],
         deadline: Deadline,
-        located: BlockRows | None = None,
+        located: LocatedCall | None = None,
     ) -> None:
         """See :class:`WriterStream`. ``located``: where ``items`` have their rows, from their
         writer; handed to the table with them when they go in as one batch."""
@@ -179,7 +179,7 @@ class Delivery:
         finally:
             lock.release()
 
-    def _take(self) -> tuple[str, list[Item], list[BlockRows] | None]:
+    def _take(self) -> tuple[str, list[Item], list[LocatedCall] | None]:
         """Empties the held batch (held lock taken); returns its table, items and where they
         have their rows (or None)."""
         items = self._held[:]
@@ -232,7 +232,7 @@ class Delivery:
         table: str,
         items: Sequence[Item],
         deadline: Deadline | None,
-        located: list[BlockRows] | None = None,
+        located: list[LocatedCall] | None = None,
     ) -> None:
         """Inserts what the rate limiter admits now and queues the rest for the thread;
         ``deadline=None`` queues without waiting for room."""

@@ -243,7 +243,7 @@ class Lanes:
         if lanes is None:
             rows = self.common_rows
             if rows is not None:  # the same bytes as common[pos] = values
-                rows[pos] = values.reshape(self.n, -1).view(self.row_dtype)[:, 0]
+                rows[pos] = values.reshape(self.n, -1).view(self.row_dtype)[:, 0]  # type: ignore[arg-type]
             elif common is not None:
                 common[pos] = values
             else:

@@ -7,7 +7,7 @@ costs the table a loop in Python, about a sixth of an embedded vector step. A ve
 already holds what those locations are made of as arrays -- each lane's next row in its
 column's block (the writer's position grid), the block's code, how far back and how long each
 column of the item reaches -- so it works them out for a whole call at once
-(:class:`~ostinato.core.locations.BlockRows`) and hands them to its in-process stream with the
+(:class:`~ostinato.core.locations.LocatedCall`) and hands them to its in-process stream with the
 items (:meth:`ostinato.transport.streams.Delivery.insert`); the table writes a batch's
 locations with a few numpy calls (:meth:`~ostinato.core.slots.Slots.add_many`).
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ostinato.core.locations import BlockRows
+from ostinato.core.locations import LocatedCall
 from ostinato.writers.lanes import VectorColumn
 
 #: Trajectory layouts whose set-up a writer keeps before it starts afresh.
@@ -47,10 +47,11 @@ class LocationRows:
         cols: Sequence[VectorColumn],
         layout: tuple[Any, ...],
         lanes: np.ndarray | None,
-    ) -> BlockRows | None:
+        chunks: list[Sequence[Any]],
+    ) -> LocatedCall | None:
         """Where the items of a call (one per lane of ``lanes``, or of every lane) have their
-        rows; None where some column's lanes are not all in one block (the table then works
-        them out itself).
+        rows, with their chunks (per column, each item's); None where some column's lanes are
+        not all in one block (the table then works them out itself).
 
         The caller has checked that every column of every item lies in its lane's current
         chunk, so an item's first row of a column is its lane's next row minus the steps
@@ -69,7 +70,7 @@ class LocationRows:
         positions = self._grid[which]
         if lanes is not None:
             positions = positions.take(lanes, 1)
-        return BlockRows(positions - backs, tuple(codes), lengths)
+        return LocatedCall(positions - backs, tuple(codes), lengths, tuple(chunks))
 
     def _learn(self, cols: Sequence[VectorColumn], layout: tuple[Any, ...]) -> tuple[Any, ...]:
         idx = [c.lanes.index for c in cols]

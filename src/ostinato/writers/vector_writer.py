@@ -393,6 +393,7 @@ class VectorTrajectoryWriter(StreamWriter):
         # The selected lanes' offsets, and whether some reach back into closed chunks.
         chosen: dict[tuple[int, int], tuple[Sequence[int], bool]] = {}
         located = self._rows is not None  # while every column is in its lanes' current chunk
+        chunks: list[Sequence[Any]] = []  # per column, each item's chunk (while located)
         for c in cols:
             lanes_c = c.lanes
             back = c.back
@@ -402,7 +403,8 @@ class VectorTrajectoryWriter(StreamWriter):
                 every = shared[group] = [f - back for f in (lanes_c.pos - lanes_c.start).tolist()]
             current = back <= lanes_c.minfill  # then in every lane's current chunk
             if lanes is None and current:
-                parts += (lanes_c.chunk, every, repeat(c.length, count))
+                chunks.append(tuple(lanes_c.chunk))  # a snapshot: the lanes' list changes
+                parts += (chunks[-1], every, repeat(c.length, count))
                 continue
             if lanes is not None and pick is None:
                 pick = _picker(sel.tolist())
@@ -413,7 +415,8 @@ class VectorTrajectoryWriter(StreamWriter):
             off_list, behind = got
             ch = lanes_c.chunk
             if not behind:  # in each lane's current chunk
-                parts += (ch if lanes is None else pick(ch), off_list, repeat(c.length, count))
+                chunks.append(tuple(ch) if lanes is None else pick(ch))
+                parts += (chunks[-1], off_list, repeat(c.length, count))
             else:  # some lanes reach back into closed chunks: their slices, one by one
                 located = False
                 sl = [
@@ -439,7 +442,7 @@ class VectorTrajectoryWriter(StreamWriter):
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
             if located:  # an in-process stream: it takes where the items have their rows
-                rows = self._rows.rows(cols, layout, lanes)  # type: ignore[union-attr]
+                rows = self._rows.rows(cols, layout, lanes, chunks)  # type: ignore[union-attr]
                 self._stream.insert(table, items, deadline, rows)  # type: ignore[call-arg]
             else:
                 self._stream.insert(table, items, deadline)
