@@ -504,9 +504,10 @@ class VectorTrajectoryWriter(StreamWriter):
 
 def _picker(lanes: list[int]) -> Any:
     """A function taking the entries of ``lanes`` out of a per-lane list, as a tuple (in C:
-    ``itemgetter``, which returns a lone entry bare)."""
+    ``itemgetter``, but for a lone lane, whose entry it would return bare)."""
     if len(lanes) == 1:
-        return itemgetter(lanes[0], lanes[0])  # a tuple, then cut to one entry by zip
+        lane = lanes[0]
+        return lambda entries: (entries[lane],)
     return itemgetter(*lanes)
 
 
