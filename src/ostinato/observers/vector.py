@@ -208,15 +208,17 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
         error = None
         c = self._steps()
         has = mask & (c > 0)
-        if write and has.any():
+        if write and _count(has):
             if self._pad:
                 n = np.where(has, self._length - 1 if self._tile else self._length - c, 0)
                 pad = self._padding()
                 for j in range(int(n.max(initial=0))):
                     self._append(pad, has & (n > j))
             else:
-                due = (c >= self._length) & ((c - self._length) % self._stride == 0)
-                if (has & ~due).any():
+                short = has & (c < self._length)  # has & ~due, with due as in _append
+                if self._stride > 1:
+                    short |= has & ((c - self._length) % self._stride != 0)
+                if _count(short):
                     error = ValueError(
                         "write_cached_steps is True, but not enough steps remain in the cache "
                         f"to write an item with sequence_length={self._length}, consider "

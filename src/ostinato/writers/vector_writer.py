@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from ostinato.writers.item_validation import ItemValidator
 from ostinato.writers.lanes import Lanes, VectorColumn, VectorColumnHistory, column_name
 from ostinato.writers.packing import sorted_getter
 from ostinato.writers.stream_writer import StreamWriter
+from ostinato.writers.vector_packing import pack_items
 from ostinato.writers.vector_rows import LocationRows
 
 if TYPE_CHECKING:
@@ -383,65 +383,16 @@ class VectorTrajectoryWriter(StreamWriter):
             self._validator.validate_layout(
                 table, p, sq, layout, [(c.lanes.dtype, c.shape, None) for c in cols]
             )
-        # Packed trajectories: per column a (chunk, offset, length) triple per item.
-        parts: list[Any] = []
-        flat = True
-        pick: Any = None  # the selected lanes' entries of a per-lane list (made when needed)
-        # Offsets per (rows per chunk, steps back): columns with as many rows per chunk fill
-        # and close their lanes' chunks at the same steps (see Lanes), so their offsets agree.
-        shared: dict[tuple[int, int], list[int]] = {}  # every lane's offset
-        # The selected lanes' offsets, and whether some reach back into closed chunks.
-        chosen: dict[tuple[int, int], tuple[Sequence[int], bool]] = {}
-        located = self._rows is not None  # while every column is in its lanes' current chunk
-        chunks: list[Sequence[Any]] = []  # per column, each item's chunk (while located)
-        for c in cols:
-            lanes_c = c.lanes
-            back = c.back
-            group = (lanes_c.rows, back)
-            every = shared.get(group)
-            if every is None:  # one numpy call (subtracting a Python int would be a second)
-                every = shared[group] = [f - back for f in (lanes_c.pos - lanes_c.start).tolist()]
-            current = back <= lanes_c.minfill  # then in every lane's current chunk
-            if lanes is None and current:
-                chunks.append(tuple(lanes_c.chunk))  # a snapshot: the lanes' list changes
-                parts += (chunks[-1], every, repeat(c.length, count))
-                continue
-            if lanes is not None and pick is None:
-                pick = _picker(sel.tolist())
-            got = chosen.get(group)
-            if got is None:  # list work, no numpy
-                offs = every if lanes is None else pick(every)
-                got = chosen[group] = (offs, not current and min(offs) < 0)
-            off_list, behind = got
-            ch = lanes_c.chunk
-            if not behind:  # in each lane's current chunk
-                chunks.append(tuple(ch) if lanes is None else pick(ch))
-                parts += (chunks[-1], off_list, repeat(c.length, count))
-            else:  # some lanes reach back into closed chunks: their slices, one by one
-                located = False
-                sl = [
-                    [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, back, c.length)
-                    for i, o in zip(sel.tolist(), off_list)
-                ]
-                if all(len(x) == 1 for x in sl):
-                    parts.append([x[0][0] for x in sl])
-                    parts.append([x[0][1] for x in sl])
-                    parts.append([x[0][2] for x in sl])
-                else:
-                    flat = False
-                    parts.append(sl)
-        if flat:
-            packed = list(zip(*parts))
-        else:
-            parts = [list(x) if isinstance(x, repeat) else x for x in parts]
-            packed = [_repack(parts, j) for j in range(count)]
+        # Packed trajectories, and each column's chunks while every item is in its lanes'
+        # current chunks (then the table is told where the items' rows are: vector_rows).
+        packed, chunks = pack_items(cols, lanes, sel, count, self._rows is not None)
         keys = new_keys(count)
         items = list(
             zip(keys, repeat(p, count) if prios is None else prios.tolist(), packed, repeat(sq))
         )
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
-            if located:  # an in-process stream: it takes where the items have their rows
+            if chunks is not None:  # an in-process stream: it takes where the rows are
                 rows = self._rows.rows(cols, layout, lanes, chunks)  # type: ignore[union-attr]
                 self._stream.insert(table, items, deadline, rows)  # type: ignore[call-arg]
             else:
@@ -500,27 +451,3 @@ class VectorTrajectoryWriter(StreamWriter):
             f"VectorTrajectoryWriter(num_envs={self._n}, columns={len(self._columns)}, "
             f"pending={self._stream.pending()}, closed={self._closed})"
         )
-
-
-def _picker(lanes: list[int]) -> Any:
-    """A function taking the entries of ``lanes`` out of a per-lane list, as a tuple (in C:
-    ``itemgetter``, but for a lone lane, whose entry it would return bare)."""
-    if len(lanes) == 1:
-        lane = lanes[0]
-        return lambda entries: (entries[lane],)
-    return itemgetter(*lanes)
-
-
-def _repack(parts: list[Any], j: int) -> tuple[Any, ...]:
-    """Item ``j``'s packed trajectory in per-column form (some column has several slices)."""
-    out: list[tuple[Any, ...]] = []
-    i = 0
-    while i < len(parts):
-        p = parts[i]
-        if p and isinstance(p[0], list):  # a column's slices per item
-            out.append(tuple(p[j]))
-            i += 1
-        else:
-            out.append(((parts[i][j], parts[i + 1][j], parts[i + 2][j]),))
-            i += 3
-    return tuple(out)
