@@ -43,3 +43,34 @@ def uniform_table(name: str = "t", max_size: int = 100) -> Any:
         max_size,
         reverb.rate_limiters.MinSize(1),
     )
+
+
+def gathered_both_ways(batch: Any, unsqueeze: bool = False) -> list[Any] | None:
+    """A sampled batch's columns as batch assembly gathers them from the items' locations
+    (``ostinato.core.locations``), checked equal, array by array, to what it reads chunk by
+    chunk when the batch carries no locations; None when the batch cannot be assembled as
+    one array per column (items of different lengths), whichever way."""
+    import numpy as np
+
+    from ostinato.core import assemble
+    from ostinato.core.items import SampleBatch
+
+    plain = SampleBatch(
+        batch.keys,
+        batch.probabilities,
+        batch.table_sizes,
+        batch.priorities,
+        batch.times_sampled,
+        batch.trajectories,
+        batch.squeeze,
+    )
+    fast = assemble.gather(batch, unsqueeze)
+    slow = assemble.gather(plain, unsqueeze)
+    if slow is None:
+        assert fast is None
+        return None
+    assert fast is not None
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    return list(fast)

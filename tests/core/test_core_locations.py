@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ostinato as reverb
+from _helpers import gathered_both_ways
 from ostinato import testing
 from ostinato.core import assemble, locations
 from ostinato.core.deadline import Deadline
-from ostinato.core.items import SampleBatch
 
 
 def _table(name: str = "t", max_size: int = 100_000, remover=None) -> reverb.Table:
@@ -30,27 +30,11 @@ def _table(name: str = "t", max_size: int = 100_000, remover=None) -> reverb.Tab
     )
 
 
-def _unlocated(batch: SampleBatch) -> SampleBatch:
-    return SampleBatch(
-        batch.keys,
-        batch.probabilities,
-        batch.table_sizes,
-        batch.priorities,
-        batch.times_sampled,
-        batch.trajectories,
-        batch.squeeze,
-    )
-
-
-def _same(batch: SampleBatch, unsqueeze: bool = False) -> list[np.ndarray]:
+def _same(batch, unsqueeze: bool = False) -> list[np.ndarray]:
     """The batch's columns, checked equal whether gathered from locations or from chunks."""
-    fast = assemble.gather(batch, unsqueeze)
-    slow = assemble.gather(_unlocated(batch), unsqueeze)
-    assert fast is not None and slow is not None
-    for a, b in zip(fast, slow):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(a, b)
-    return fast
+    cols = gathered_both_ways(batch, unsqueeze)
+    assert cols is not None
+    return cols
 
 
 def test_items_of_a_writer_are_located_and_gathered_with_take():
@@ -82,12 +66,8 @@ def test_items_of_several_writers_and_blocks_in_one_batch():
                         w.end_episode()  # trims the chunk: the block's rows are reused
         for _ in range(20):
             batch = client.transport.sample("t", 64, Deadline.never())
-            cols = assemble.gather(batch)
-            slow = assemble.gather(_unlocated(batch))
-            if slow is None:  # float64 and float32 rows in one batch: not alike either way
-                assert cols is None
-                continue
-            _same(batch)
+            # None: float64 and float32 rows in one batch, not alike either way.
+            gathered_both_ways(batch)
 
 
 def test_unlocated_items_fall_back_to_the_chunks():
@@ -170,10 +150,7 @@ def test_gather_matches_reading_the_chunks(keep, chunk, episode, n, seed):
                     w.end_episode(clear_buffers=bool(i % 2))
         for _ in range(3):
             batch = client.transport.sample("t", 16, Deadline.never())
-            if assemble.gather(_unlocated(batch)) is None:  # items of different lengths
-                assert assemble.gather(batch) is None
-                continue
-            _same(batch)
+            gathered_both_ways(batch)  # None: items of different lengths, either way
 
 
 @pytest.mark.parametrize("ncols", [1, 2, 5])

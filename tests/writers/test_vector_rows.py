@@ -17,12 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ostinato as reverb
+from _helpers import gathered_both_ways, uniform_table
 from ostinato import testing
-from ostinato.core import assemble, locations
 from ostinato.core import items as items_lib
+from ostinato.core import locations
 from ostinato.core.deadline import Deadline
-from ostinato.core.items import SampleBatch
 from ostinato.writers import lanes as lanes_mod
 
 KEYS = ("obs", "a", "r")
@@ -49,13 +48,7 @@ def puts(monkeypatch):
 
 
 def _table(name="t"):
-    return reverb.Table(
-        name,
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        100_000,
-        reverb.rate_limiters.MinSize(1),
-    )
+    return uniform_table(name, 100_000)
 
 
 def _step(rng, n, t):
@@ -91,26 +84,8 @@ def _check_table(server, client, table="t"):
             fresh.array[slot * fresh._stride : (slot + 1) * fresh._stride].tolist()
         ), slot
     n = len(slots)
-    if not n:
-        return
-    batch = client.transport.sample(table, min(n, 64), Deadline.never())
-    fast = assemble.gather(batch)
-    slow = assemble.gather(
-        SampleBatch(
-            batch.keys,
-            batch.probabilities,
-            batch.table_sizes,
-            batch.priorities,
-            batch.times_sampled,
-            batch.trajectories,
-            batch.squeeze,
-        )
-    )
-    if slow is None:  # items of different lengths in one batch
-        return
-    assert fast is not None
-    for x, y in zip(fast, slow):
-        np.testing.assert_array_equal(x, y)
+    if n:  # None: items of different lengths in one batch, either way
+        gathered_both_ways(client.transport.sample(table, min(n, 64), Deadline.never()))
 
 
 OPS = st.lists(
