@@ -107,7 +107,7 @@ class Delivery:
 
     #: ``insert`` takes where the items have their rows (``located``), which a vector writer
     #: works out (:mod:`ostinato.writers.vector_rows`).
-    takes_location_rows = True
+    takes_located_calls = True
     #: Items the thread inserts per call (runs of items for one table).
     BATCH = 256
     #: Longest single wait of the thread on a rate limiter, so that ``close()`` is noticed.

@@ -195,7 +195,7 @@ class VectorTrajectoryWriter(StreamWriter):
         grid[-1] = self._steps
         self._steps = grid[-1]
         self._grid = grid
-        if getattr(self._stream, "takes_location_rows", False):
+        if getattr(self._stream, "takes_located_calls", False):
             self._rows = LocationRows(grid)
         self._columns = cols
         self._treespec = spec
