@@ -47,8 +47,8 @@ def puts(monkeypatch):
     return calls
 
 
-def _table(name="t"):
-    return uniform_table(name, 100_000)
+def _table(name="t", max_size=100_000):
+    return uniform_table(name, max_size)
 
 
 def _step(rng, n, t):
@@ -132,13 +132,17 @@ def test_locations_from_the_writer_are_the_tables_own(ops, keep, chunk):
             w.close()
 
 
-@pytest.mark.parametrize("chunk", [None, 16])
-def test_the_table_takes_the_writers_locations(small_blocks, puts, chunk):
+@pytest.mark.parametrize(("chunk", "max_size"), [(None, 100_000), (16, 100_000), (None, 500)])
+def test_the_table_takes_the_writers_locations(small_blocks, puts, chunk, max_size):
     """A long run with masks, episode ends and blocks that fill up while other lanes still
     write into the old one: many items' locations come from the writer, and all are right."""
     n = 8
     rng = np.random.default_rng(3)
-    with testing.in_process_server(_table(), _table("u")) as (server, client):
+    # max_size 500: full tables, each batch evicting the oldest items (and their chunks).
+    with testing.in_process_server(_table("t", max_size), _table("u", max_size)) as (
+        server,
+        client,
+    ):
         with client.vector_writer(n, 5, max_chunk_length=chunk) as w:
             for t in range(600):
                 some = rng.random(n) < 0.5 if t % 2 else None  # lanes fall out of step
