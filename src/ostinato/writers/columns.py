@@ -229,12 +229,15 @@ class ColumnHistory:
                     )
                 )
             else:
-                refs = [self._ref(i) for i in range(start, stop, step)]
+                # map, not a comprehension: one would make ``self`` a cell on every call.
+                refs = list(map(self._ref, range(start, stop, step)))
             col = TrajectoryColumn(refs, path=self._path)
             col._run = step == 1
             return col
         if isinstance(index, list):
-            return TrajectoryColumn([self._ref(self._resolve(i)) for i in index], path=self._path)
+            return TrajectoryColumn(
+                list(map(self._ref, map(self._resolve, index))), path=self._path
+            )
         raise TypeError(
             f"_ColumnHistory indices must be integers or slices, not {type(index).__name__}"
         )

@@ -44,7 +44,7 @@ def trajectory_columns(
         if order is None:
             order = sorted(trajectory)
             key_cache[tuple(trajectory)] = order
-        cols = [trajectory[k] for k in order]
+        cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
         for c in cols:
             if type(c) is not TrajectoryColumn:
                 cols = None

@@ -150,7 +150,7 @@ def pack_trajectory(
             order = key_cache.get(tuple(trajectory))
             if order is not None:
                 key_cache[len(order)] = sorted_getter(order)
-                cols = [trajectory[k] for k in order]
+                cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
         if cols is not None:
             packed: list[Any] = []
             squeeze = []

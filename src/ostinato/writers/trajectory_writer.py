@@ -226,14 +226,8 @@ class TrajectoryWriter(StreamWriter):
                 and len(cols) == len(data)
                 and all(type(v) in _LEAF_TYPES for v in data.values())
             ):
-                order = {k: i for i, k in enumerate(sorted(data))}
-                cols = self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
+                cols = self._learn_dict(data, cols)
                 leaves = list(data.values())
-                if len(cols) == len(self._columns):
-                    keys = sorted(data)  # the columns' order (cols[order[k]] above)
-                    by_key = dict(zip(data, cols))
-                    stores = [by_key[k].chunker.append for k in keys]
-                    self._whole = (len(keys), sorted_getter(keys), stores)
         step = self._episode_steps
         episode = self._episode_id
         if self._step_open:
@@ -281,6 +275,20 @@ class TrajectoryWriter(StreamWriter):
                 for col in self._set_in_step:
                     col.set_in_step = False
                 self._set_in_step.clear()
+
+    def _learn_dict(self, data: dict[Any, Any], cols: list[_Column]) -> list[_Column]:
+        """Caches the columns of a flat dict step (``cols`` in the order of the sorted keys)
+        in the dict's own key order, and the whole-step getter when it names every column.
+        Apart from :meth:`append`: its comprehensions would make ``append``'s locals cells,
+        created on every call."""
+        order = {k: i for i, k in enumerate(sorted(data))}
+        cols = self._dict_cache[tuple(data)] = [cols[order[k]] for k in data]
+        if len(cols) == len(self._columns):
+            keys = sorted(data)  # the columns' order (cols[order[k]] above)
+            by_key = dict(zip(data, cols))
+            stores = [by_key[k].chunker.append for k in keys]
+            self._whole = (len(keys), sorted_getter(keys), stores)
+        return cols
 
     # -- items -------------------------------------------------------------------------------------
     def create_item(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import itemgetter
+from operator import itemgetter, sub
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,8 @@ def pack_items(
         group = (lanes_c.rows, back)
         every = shared.get(group)
         if every is None:  # one numpy call (subtracting a Python int would be a second)
-            every = shared[group] = [f - back for f in (lanes_c.pos - lanes_c.start).tolist()]
+            fills = (lanes_c.pos - lanes_c.start).tolist()
+            every = shared[group] = list(map(sub, fills, repeat(back)))
         current = back <= lanes_c.minfill  # then in every lane's current chunk
         if lanes is None and current:
             col_chunks: Sequence[Any] = tuple(lanes_c.chunk)  # a snapshot: the list changes
@@ -68,10 +69,7 @@ def pack_items(
             parts += (col_chunks, off_list, repeat(c.length, count))
         else:  # some lanes reach back into closed chunks: their slices, one by one
             chunks = None
-            sl = [
-                [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, back, c.length)
-                for i, o in zip(sel.tolist(), off_list)
-            ]
+            sl = _slices(c, sel.tolist(), off_list)
             if all(len(x) == 1 for x in sl):
                 parts.append([x[0][0] for x in sl])
                 parts.append([x[0][1] for x in sl])
@@ -82,7 +80,20 @@ def pack_items(
     if flat:
         return list(zip(*parts)), chunks
     parts = [list(x) if isinstance(x, repeat) else x for x in parts]
-    return [_repack(parts, j) for j in range(count)], chunks
+    return list(map(_repack, repeat(parts, count), range(count))), chunks
+
+
+# Helpers, not comprehensions in pack_items: a comprehension that reads a function's locals
+# makes them cells, created on every call of the function.
+def _slices(c: VectorColumn, lanes: list[int], offsets: Sequence[int]) -> list[Any]:
+    """Per lane, the slices of column ``c``'s item: one of the lane's current chunk where the
+    offset is not negative, else walked back through its closed chunks."""
+    lanes_c = c.lanes
+    ch = lanes_c.chunk
+    return [
+        [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, c.back, c.length)
+        for i, o in zip(lanes, offsets)
+    ]
 
 
 def _picker(lanes: list[int]) -> Any:
