@@ -174,12 +174,16 @@ class PatternEngine:
             if state[1] != current:
                 state[1] = current
                 state[2] += 1
-            if not all(self._holds(cond, state[2], is_end_episode) for cond in c.conditions):
+            if not self._all_hold(c.conditions, state[2], is_end_episode):
                 continue
             if self._buffered < c.max_age or not make_item(c):
                 continue
             state[0] = current
             state[2] = 0
+
+    def _all_hold(self, conditions: Any, since: int, is_end_episode: bool) -> bool:
+        # Apart from apply(): a generator there would make its locals cells on every step.
+        return all(self._holds(cond, since, is_end_episode) for cond in conditions)
 
     def _holds(self, cond: tuple[Any, ...], since: int, is_end_episode: bool) -> bool:
         left, column, cmp, a, b, inverse = cond
@@ -302,12 +306,14 @@ class StructuredWriter:
                 f"wanted {self._width}."
             )
         self._engine.check_values(leaves, self._paths)
+        # dict(zip(...)), not comprehensions: those would make this method's locals cells,
+        # created on every step.
+        keys = self._keys
         self._writer.append(
-            {key: leaves[c] for c, key in self._keys.items()}, partial_step=partial_step
+            dict(zip(keys.values(), map(leaves.__getitem__, keys))), partial_step=partial_step
         )
         if not self._history:
-            history = self._writer.history
-            self._history = {c: history[key] for c, key in self._keys.items()}
+            self._history = dict(zip(keys, map(self._writer.history.__getitem__, keys.values())))
         self._engine.note_append(leaves, partial_step)
         self._engine.apply(False, self._create_item)
 
