@@ -9,7 +9,9 @@ column's block (the writer's position grid), the block's code, how far back and 
 column of the item reaches -- so it works them out for a whole call at once
 (:class:`~ostinato.core.locations.LocatedCall`) and hands them to its in-process stream with the
 items (:meth:`ostinato.transport.streams.Delivery.insert`); the table writes a batch's
-locations with a few numpy calls (:meth:`~ostinato.core.slots.Slots.add_many`).
+locations with a few numpy calls (:meth:`~ostinato.core.slots.Slots.add_many`). With them go
+the items' chunks, per column, so that the table counts its chunk references once per run of
+calls with the same chunks rather than once per item.
 
 They are made only where that is exact: every column of the call in its lanes' current chunks
 (none reaching back into a closed chunk), all lanes of a column in one block.
@@ -29,7 +31,7 @@ from ostinato.writers.lanes import VectorColumn
 MAX_LAYOUTS = 256
 
 
-class LocationRows:
+class Locator:
     """Works out where one writer's items have their rows.
 
     Args:
@@ -42,7 +44,7 @@ class LocationRows:
         #: layout -> (its columns' rows of the grid, their steps back as a column, lengths)
         self._layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-    def rows(
+    def locate(
         self,
         cols: Sequence[VectorColumn],
         layout: tuple[Any, ...],

@@ -42,7 +42,7 @@ from ostinato.writers.lanes import Lanes, VectorColumn, VectorColumnHistory, col
 from ostinato.writers.packing import sorted_getter
 from ostinato.writers.stream_writer import StreamWriter
 from ostinato.writers.vector_packing import pack_items
-from ostinato.writers.vector_rows import LocationRows
+from ostinato.writers.vector_rows import Locator
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
@@ -125,8 +125,8 @@ class VectorTrajectoryWriter(StreamWriter):
         self._stream = transport.writer_stream(
             self._keep_keys, None if max_pending_items is None else int(max_pending_items)
         )
-        #: The items' location rows, made here when the stream takes them (in-process).
-        self._rows: LocationRows | None = None
+        #: Works out where the items' rows are, when the stream takes that (in-process).
+        self._locator: Locator | None = None
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -196,7 +196,7 @@ class VectorTrajectoryWriter(StreamWriter):
         self._steps = grid[-1]
         self._grid = grid
         if getattr(self._stream, "takes_located_calls", False):
-            self._rows = LocationRows(grid)
+            self._locator = Locator(grid)
         self._columns = cols
         self._treespec = spec
         self._history = optree.tree_unflatten(spec, [VectorColumnHistory(c, self) for c in cols])
@@ -385,7 +385,7 @@ class VectorTrajectoryWriter(StreamWriter):
             )
         # Packed trajectories, and each column's chunks while every item is in its lanes'
         # current chunks (then the table is told where the items' rows are: vector_rows).
-        packed, chunks = pack_items(cols, lanes, sel, count, self._rows is not None)
+        packed, chunks = pack_items(cols, lanes, sel, count, self._locator is not None)
         keys = new_keys(count)
         items = list(
             zip(keys, repeat(p, count) if prios is None else prios.tolist(), packed, repeat(sq))
@@ -393,8 +393,8 @@ class VectorTrajectoryWriter(StreamWriter):
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
             if chunks is not None:  # an in-process stream: it takes where the rows are
-                rows = self._rows.rows(cols, layout, lanes, chunks)  # type: ignore[union-attr]
-                self._stream.insert(table, items, deadline, rows)  # type: ignore[call-arg]
+                located = self._locator.locate(cols, layout, lanes, chunks)  # type: ignore[union-attr]
+                self._stream.insert(table, items, deadline, located)  # type: ignore[call-arg]
             else:
                 self._stream.insert(table, items, deadline)
         except errors.DeadlineExceededError as e:
