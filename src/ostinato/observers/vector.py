@@ -180,12 +180,7 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
         if mask is None and self._stride == 1 and w.min_episode_steps >= self._length:
             k, m = self._num_envs, None  # every environment has a window (no numpy call)
         else:
-            if self._stride > 1:
-                c = w.episode_steps
-                due = c >= self._length
-                due &= (c - self._length) % self._stride == 0
-            else:
-                due = w.steps_at_least(self._length)
+            due = self._due(w.episode_steps) if self._stride > 1 else w.steps_at_least(self._length)
             if mask is not None:
                 due &= mask
             k = _count(due)
@@ -193,6 +188,14 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
         if k:
             for name in self._table_names:
                 w.create_items(name, self._priority, self._window, mask=m)
+
+    def _due(self, steps: np.ndarray) -> np.ndarray:
+        """Per environment, whether its ``steps`` since its reset end a window (every
+        ``stride`` steps from ``length`` on)."""
+        due = steps >= self._length
+        if self._stride > 1:
+            due &= (steps - self._length) % self._stride == 0
+        return due
 
     def _padding(self) -> Any:
         """A batched padding step shaped like the latest step."""
@@ -215,10 +218,7 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
                 for j in range(int(n.max(initial=0))):
                     self._append(pad, has & (n > j))
             else:
-                short = has & (c < self._length)  # has & ~due, with due as in _append
-                if self._stride > 1:
-                    short |= has & ((c - self._length) % self._stride != 0)
-                if _count(short):
+                if _count(has & ~self._due(c)):
                     error = ValueError(
                         "write_cached_steps is True, but not enough steps remain in the cache "
                         f"to write an item with sequence_length={self._length}, consider "

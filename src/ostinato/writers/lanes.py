@@ -195,10 +195,15 @@ class Lanes:
         self.minfill = 0
         arrs = self.arr
         first = arrs[0]
-        self.common = first if self.blocked and all(a is first for a in arrs) else None
+        self.set_common(first if self.blocked and all(a is first for a in arrs) else None)
+
+    def set_common(self, common: np.ndarray | None) -> None:
+        """Sets :attr:`common` (None: the lanes do not share one array, or it is not known),
+        and :attr:`common_rows`, derived from it."""
+        self.common = common
         self.common_rows = None
-        if self.common is not None and self.row_dtype is not None:
-            self.common_rows = self.common.reshape(len(self.common), -1).view(self.row_dtype)[:, 0]
+        if common is not None and self.row_dtype is not None:
+            self.common_rows = common.reshape(len(common), -1).view(self.row_dtype)[:, 0]
 
     def _keep_closed(self, lane: int, chunk: Chunk, rows: int) -> None:
         q = self.closed[lane]

@@ -114,12 +114,17 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
     return (tuple(packed) if flat else _repack(packed)), sq
 
 
-def sorted_getter(keys: Sequence[Any]) -> Callable[[dict[Any, Any]], tuple[Any, ...]]:
-    """An ``itemgetter`` of a flat dict's ``keys`` in the columns' order (sorted), which
-    always returns a tuple: with one key, that key's value twice (callers zip it against the
-    columns, or take the first). A dict of ``len(keys)`` keys in which the getter finds all of
-    them has no other key, so it stands for a cache lookup by ``tuple(dict)``."""
-    return itemgetter(*keys) if len(keys) > 1 else itemgetter(keys[0], keys[0])
+def tuple_getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function taking the entries for ``keys`` out of a dict (or indices out of a list) as
+    a tuple, in C: an ``itemgetter``, but for a lone key, whose entry it would return bare.
+
+    Given a flat dict's sorted keys (the columns' order), it takes the dict's values out in
+    column order; a dict of ``len(keys)`` keys in which it finds all of them (no
+    ``KeyError``) has no other key, so it stands for a cache lookup by ``tuple(dict)``."""
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda d: (d[key],)
+    return itemgetter(*keys)
 
 
 def pack_trajectory(
@@ -132,7 +137,7 @@ def pack_trajectory(
     every item -- is taken apart and packed in one loop; anything else goes through the two
     functions, which check everything and name what is wrong. ``key_cache`` maps a dict's keys
     to their sorted order (:func:`trajectory_columns`) and, by number of keys, the
-    :func:`sorted_getter` of the sorted keys last seen, which takes a dict's columns out in
+    :func:`tuple_getter` of the sorted keys last seen, which takes a dict's columns out in
     order without looking at its keys.
     """
     if type(trajectory) is dict:
@@ -143,13 +148,10 @@ def pack_trajectory(
                 cols = getter(trajectory)
             except KeyError:
                 pass
-            else:
-                if len(trajectory) == 1:
-                    cols = cols[:1]
         if cols is None:
             order = key_cache.get(tuple(trajectory))
             if order is not None:
-                key_cache[len(order)] = sorted_getter(order)
+                key_cache[len(order)] = tuple_getter(order)
                 cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
         if cols is not None:
             packed: list[Any] = []

@@ -20,7 +20,7 @@ from ostinato.validate import positive_int
 from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator
-from ostinato.writers.packing import pack_trajectory, sorted_getter
+from ostinato.writers.packing import pack_trajectory, tuple_getter
 from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class TrajectoryWriter(StreamWriter):
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
         #: Whole steps as flat dicts that name every column: ``(number of keys,
-        #: writers.packing.sorted_getter of the keys, each column's chunker.append)``; None
+        #: writers.packing.tuple_getter of the keys, each column's chunker.append)``; None
         #: until such a step is seen, and again when a column is added. The getter takes a
         #: step's values out in column order, whatever the dict's own order.
         self._whole: tuple[int, Any, list[Any]] | None = None
@@ -287,7 +287,7 @@ class TrajectoryWriter(StreamWriter):
             keys = sorted(data)  # the columns' order (cols[order[k]] above)
             by_key = dict(zip(data, cols))
             stores = [by_key[k].chunker.append for k in keys]
-            self._whole = (len(keys), sorted_getter(keys), stores)
+            self._whole = (len(keys), tuple_getter(keys), stores)
         return cols
 
     # -- items -------------------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import itemgetter, sub
+from operator import sub
 from typing import Any
 
 import numpy as np
 
 from ostinato.core import items as items_lib
 from ostinato.writers.lanes import VectorColumn
+from ostinato.writers.packing import tuple_getter
 
 
 def pack_items(
@@ -39,6 +40,7 @@ def pack_items(
     # The selected lanes' offsets, and whether some reach back into closed chunks.
     chosen: dict[tuple[int, int], tuple[Sequence[int], bool]] = {}
     chunks: list[Sequence[Any]] | None = [] if want_chunks else None
+    off_list: Sequence[int]
     for c in cols:
         lanes_c = c.lanes
         back = c.back
@@ -48,23 +50,22 @@ def pack_items(
             fills = (lanes_c.pos - lanes_c.start).tolist()
             every = shared[group] = list(map(sub, fills, repeat(back)))
         current = back <= lanes_c.minfill  # then in every lane's current chunk
-        if lanes is None and current:
-            col_chunks: Sequence[Any] = tuple(lanes_c.chunk)  # a snapshot: the list changes
-            if chunks is not None:
-                chunks.append(col_chunks)
-            parts += (col_chunks, every, repeat(c.length, count))
-            continue
-        if lanes is not None and pick is None:
-            pick = _picker(sel.tolist())
-        got = chosen.get(group)
-        if got is None:  # list work, no numpy
-            offs = every if lanes is None else pick(every)
-            got = chosen[group] = (offs, not current and min(offs) < 0)
-        off_list, behind = got
         ch = lanes_c.chunk
+        if lanes is None and current:
+            off_list, behind = every, False
+        else:
+            if lanes is not None and pick is None:
+                pick = tuple_getter(sel.tolist())
+            got = chosen.get(group)
+            if got is None:  # list work, no numpy
+                offs = every if lanes is None else pick(every)
+                got = chosen[group] = (offs, not current and min(offs) < 0)
+            off_list, behind = got
         if not behind:  # in each lane's current chunk
-            col_chunks = tuple(ch) if lanes is None else pick(ch)
+            col_chunks = ch if lanes is None else pick(ch)
             if chunks is not None:
+                if lanes is None:
+                    col_chunks = tuple(ch)  # a snapshot: the lanes' list changes
                 chunks.append(col_chunks)
             parts += (col_chunks, off_list, repeat(c.length, count))
         else:  # some lanes reach back into closed chunks: their slices, one by one
@@ -94,15 +95,6 @@ def _slices(c: VectorColumn, lanes: list[int], offsets: Sequence[int]) -> list[A
         [(ch[i], o, c.length)] if o >= 0 else lanes_c.slices(i, c.back, c.length)
         for i, o in zip(lanes, offsets)
     ]
-
-
-def _picker(lanes: list[int]) -> Any:
-    """A function taking the entries of ``lanes`` out of a per-lane list, as a tuple (in C:
-    ``itemgetter``, but for a lone lane, whose entry it would return bare)."""
-    if len(lanes) == 1:
-        lane = lanes[0]
-        return lambda entries: (entries[lane],)
-    return itemgetter(*lanes)
 
 
 def _repack(parts: list[Any], j: int) -> tuple[Any, ...]:

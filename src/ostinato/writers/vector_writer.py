@@ -39,7 +39,7 @@ from ostinato.core.keys import new_key, new_keys
 from ostinato.validate import positive_int
 from ostinato.writers.item_validation import ItemValidator
 from ostinato.writers.lanes import Lanes, VectorColumn, VectorColumnHistory, column_name
-from ostinato.writers.packing import sorted_getter
+from ostinato.writers.packing import tuple_getter
 from ostinato.writers.stream_writer import StreamWriter
 from ostinato.writers.vector_packing import pack_items
 from ostinato.writers.vector_rows import Locator
@@ -276,7 +276,7 @@ class VectorTrajectoryWriter(StreamWriter):
     def _columns_of(self, trajectory: Any) -> Sequence[VectorColumn]:
         if type(trajectory) is dict and trajectory:
             # The columns in the order of the sorted keys, taken out by the getter of the
-            # keys last seen in a dict of as many (writers.packing.sorted_getter).
+            # keys last seen in a dict of as many (writers.packing.tuple_getter).
             n = len(trajectory)
             getter = self._traj_getters.get(n)
             try:
@@ -284,10 +284,8 @@ class VectorTrajectoryWriter(StreamWriter):
             except KeyError:
                 cols = None
             if cols is None:
-                getter = self._traj_getters[n] = sorted_getter(sorted(trajectory))
+                getter = self._traj_getters[n] = tuple_getter(sorted(trajectory))
                 cols = getter(trajectory)
-            if n == 1:
-                cols = cols[:1]
             if set(map(type, cols)) == _VECTOR_COLUMN:
                 return cols
         cols = optree.tree_leaves(trajectory, is_leaf=_is_vcol, none_is_leaf=True)
@@ -429,7 +427,7 @@ class VectorTrajectoryWriter(StreamWriter):
                 self._steps[i] = 0
                 self._minsteps = 0
         for col in self._columns:
-            col.common = col.common_rows = None
+            col.set_common(None)
 
     def _release_spare_rows(self) -> None:
         for col in self._columns:
