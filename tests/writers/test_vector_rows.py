@@ -66,7 +66,7 @@ def _check_refs(server):
     for t in server.tables_by_name.values():
         s = t._slots
         for slot in s.key_to_slot.values():
-            held.update(items_lib.chunk_refs(s.traj[slot]))
+            held.update(items_lib.chunk_refs(s.traj_of(slot)))
     assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}
 
 
@@ -78,7 +78,7 @@ def _check_table(server, client, table="t"):
     loc = slots.locations
     fresh = locations.Locations(slots.capacity)
     for slot in slots.key_to_slot.values():
-        fresh.add(slot, slots.traj[slot])
+        fresh.add(slot, slots.traj_of(slot))
     for slot in slots.key_to_slot.values():
         assert loc.array[slot * loc._stride : (slot + 1) * loc._stride].tolist() == (
             fresh.array[slot * fresh._stride : (slot + 1) * fresh._stride].tolist()

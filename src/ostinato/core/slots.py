@@ -13,16 +13,16 @@ Not thread-safe: the owning table calls it under its lock.
 from __future__ import annotations
 
 import array
-from collections import _count_elements, deque  # type: ignore[attr-defined]
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ostinato.core import items as items_lib
+from ostinato.core.chunk_counts import count_chunks, count_located
 from ostinato.core.chunks import Chunk, ChunkStore
+from ostinato.core.compact import CompactColumns, located_trajectories
 from ostinato.core.locations import LocatedCall, Locations
 from ostinato.core.untrack import untrack, untrack_objects
 
@@ -34,52 +34,6 @@ UNTRACK_FROM = 65_536
 
 #: Runs an iterator in C, keeping nothing.
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
-_FIRST = itemgetter(0)
-_CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
-_FLAT = {Chunk}
-
-
-def _count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -> int:
-    """Adds to ``counts`` the references ``trajs`` hold per chunk. Returns the length every
-    trajectory has when all are flat (one slice per column) and of one length, else -1."""
-    flat = set(map(type, map(_FIRST, trajs))) == _FLAT
-    length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
-    if length > 0 and len(trajs) >= 16:
-        # Column by column: no tuple of chunks made per item (half the cost of the chain, but
-        # more for a few items).
-        for j in range(0, length, 3):
-            _count_elements(counts, map(itemgetter(j), trajs))
-    else:
-        _count_elements(
-            counts, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
-        )
-    return length
-
-
-def _count_located(counts: dict[Chunk, int], calls: Sequence[LocatedCall], ncols: int) -> None:
-    """Adds to ``counts`` the references that the items of writer ``calls`` hold per chunk:
-    column by column, consecutive calls with the same chunks (a vector writer's calls between
-    two chunk changes) are counted once, times their number, instead of item by item."""
-    for j in range(ncols):
-        run: Sequence[Chunk] = ()
-        times = 0
-        for call in calls:
-            chunks = call.chunks[j]
-            if chunks == run:  # the same chunks in the same lanes (identity first)
-                times += 1
-                continue
-            _add_times(counts, run, times)
-            run, times = chunks, 1
-        _add_times(counts, run, times)
-
-
-def _add_times(counts: dict[Chunk, int], chunks: Sequence[Chunk], times: int) -> None:
-    if times == 1:
-        _count_elements(counts, chunks)
-    elif times:
-        get = counts.get
-        for c in chunks:
-            counts[c] = get(c, 0) + times
 
 
 #: Sampled items per generation whose slots :meth:`Slots.remember_sampled` keeps (two
@@ -119,6 +73,8 @@ class Slots:
         self.num_deleted_episodes = 0
         #: Where located items have their rows (for batch assembly with one ``take``).
         self.locations = Locations(cap)
+        #: The chunks and offsets of compact items (a vector writer's: no packed trajectory).
+        self.compact = CompactColumns(cap)
 
     # -- capacity -----------------------------------------------------------------------------
     def _make_views(self) -> None:
@@ -143,6 +99,7 @@ class Slots:
         self.traj.extend([None] * (cap - len(self.traj)))
         self.squeeze.extend([None] * (cap - len(self.squeeze)))
         self.locations.grow(cap)
+        self.compact.grow(cap)
 
     def _grow(self) -> None:
         old = self.capacity
@@ -222,18 +179,20 @@ class Slots:
         n = len(keys)
         k = len(victims)
         loc = self.locations
-        firsts = None if located is None or not loc.ncols else loc.firsts(located, n)
+        firsts = None if located is None else loc.firsts(located, n)
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
         if firsts is None:
-            length = _count_chunks(per_chunk, trajs)
-        else:  # every item flat, of the table's number of columns
-            _count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
-            length = loc.flat_len
+            if located is not None:  # their writer made no packed trajectories
+                trajs = located_trajectories(located)
+            length = count_chunks(per_chunk, trajs)
+        else:  # every item flat, of the table's number of columns: stored compact
+            count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
+            length = 0
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}
-            _count_chunks(gone_chunks, list(map(self.traj.__getitem__, victims)))
+            self._count_refs(gone_chunks, victims)
             gone_episodes: dict[int, int] = {}
             for chunk, count in gone_chunks.items():
                 e = chunk.episode_id
@@ -258,21 +217,24 @@ class Slots:
             slots += victims[:-1]
             self._forget(victims)
             free.append(victims[-1])
-        if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
-            untrack(trajs, all_flat=length > 0)
+        if firsts is None and len(self.key_to_slot) + n > UNTRACK_FROM:
+            untrack(trajs, all_flat=length > 0)  # kept out of full garbage collections
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq
+        # Compact items keep None as their trajectory, which every free slot holds.
         if slots[-1] == first + n - 1 and slots == list(run):
             # Consecutive slots (a fresh table, or a full Fifo table between wrap-arounds):
             # slices instead of an index per item, here and in the selectors (given the range).
             where: Any = slice(first, first + n)
             slots = run  # type: ignore[assignment]
-            self.traj[where] = trajs
+            if firsts is None:
+                self.traj[where] = trajs
             self.squeeze[where] = squeezes
         else:
             where = np.array(slots, dtype=np.int64)
-            _consume(map(self.traj.__setitem__, slots, trajs))
+            if firsts is None:
+                _consume(map(self.traj.__setitem__, slots, trajs))
             _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.keys[where] = keys
         self.priorities[where] = priorities
@@ -282,6 +244,7 @@ class Slots:
         self.key_to_slot.update(zip(keys, slots))
         if firsts is not None:
             loc.put(where, located, firsts)  # type: ignore[arg-type]
+            self.compact.put(where if type(where) is slice else slots, located)  # type: ignore[arg-type]
         elif length > 0 and length == loc.flat_len:
             stride = loc.stride_bytes
             offsets = (
@@ -318,6 +281,8 @@ class Slots:
                 self.recent.pop(key, None)
                 self.recent_old.pop(key, None)
         _consume(map(self.locations.remove, slots))
+        if self.compact.ncols:
+            self.compact.forget(slots)
         traj = self.traj
         squeeze = self.squeeze
         for s in slots:
@@ -327,7 +292,7 @@ class Slots:
     def remove(self, slot: int) -> int:
         """Drops the item in ``slot`` and its chunk references; returns its key."""
         key = self.a_keys[slot]
-        traj = self.traj[slot]
+        traj = self.traj_of(slot)
         del self.key_to_slot[key]
         if self.recent or self.recent_old:
             self.recent.pop(key, None)
@@ -346,11 +311,36 @@ class Slots:
                 self.num_deleted_episodes += 1
         self.traj[slot] = None
         self.squeeze[slot] = None
+        if self.compact.ncols:
+            self.compact.forget((slot,))
         self.free.append(slot)
         return key
 
+    def traj_of(self, slot: int) -> items_lib.Packed:
+        """The packed trajectory of the item in ``slot``."""
+        t = self.traj[slot]
+        return t if t is not None else self.trajs_of([slot])[0]
+
+    def trajs_of(self, slots: Sequence[int]) -> list[items_lib.Packed]:
+        """The packed trajectories of the items in ``slots`` (a list), in order: those stored
+        compact (:mod:`ostinato.core.compact`) are packed now."""
+        out = list(map(self.traj.__getitem__, slots))
+        if self.compact.ncols and None in out:
+            self.compact.fill(out, slots, self.locations)
+        return out
+
+    def _count_refs(self, counts: dict[Chunk, int], slots: Sequence[int]) -> None:
+        """Adds to ``counts`` the chunk references of the items in ``slots``."""
+        trajs = list(map(self.traj.__getitem__, slots))
+        if self.compact.ncols and None in trajs:
+            self.compact.count(counts, [s for s, t in zip(slots, trajs) if t is None])
+            trajs = [t for t in trajs if t is not None]
+        if trajs:
+            count_chunks(counts, trajs)
+
     def _all_chunk_refs(self) -> list[Chunk]:
-        return [c for s in self.key_to_slot.values() for c in items_lib.chunk_refs(self.traj[s])]
+        trajs = self.trajs_of(list(self.key_to_slot.values()))
+        return [c for t in trajs for c in items_lib.chunk_refs(t)]
 
     def clear(self) -> None:
         """Drops every item (capacity is kept) and resets the episode counters."""
@@ -362,6 +352,7 @@ class Slots:
         self.traj = [None] * cap
         self.squeeze = [None] * cap
         untrack_objects(self.traj, self.squeeze)
+        self.compact.clear()
         self.free = list(range(cap - 1, -1, -1))
         self.episode_refs.clear()
         self.num_deleted_episodes = 0
@@ -437,7 +428,6 @@ class Slots:
     ) -> items_lib.SampleBatch:
         """The :class:`~ostinato.core.items.SampleBatch` of the items in ``slots``."""
         sl = slots.tolist()
-        traj = self.traj
         sq = self.squeeze
         return items_lib.SampleBatch(
             self.keys[slots],
@@ -445,7 +435,7 @@ class Slots:
             np.full(len(sl), len(self.key_to_slot), np.int64),
             self.priorities[slots],
             times_sampled.astype(np.int32),
-            [traj[i] for i in sl],
+            self.trajs_of(sl),
             [sq[i] for i in sl],
             located=self.locations.take(slots),
         )
