@@ -3,9 +3,10 @@
 A table gives every item a *slot*, a small dense integer, and keeps the item's metadata in flat
 arrays indexed by slot (key, priority, times sampled, insertion sequence number), so selectors
 and batch operations work on them vectorised. :class:`Slots` owns those arrays, their growth,
-the free list, the key -> slot index, each item's packed trajectory and squeeze flags, and the
-references the items hold on chunks in the server's :class:`~ostinato.core.chunks.ChunkStore`
-(and so which episodes are still referenced).
+the free list, the key -> slot index, each item's packed trajectory (or, for a vector writer's
+items, its columns: :mod:`ostinato.core.compact`) and squeeze flags, and the references the
+items hold on chunks in the server's :class:`~ostinato.core.chunks.ChunkStore` (and so which
+episodes are still referenced).
 
 Not thread-safe: the owning table calls it under its lock.
 """
@@ -237,7 +238,10 @@ class Slots:
                 _consume(map(self.traj.__setitem__, slots, trajs))
             _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.keys[where] = keys
-        self.priorities[where] = priorities
+        p = priorities[0]
+        # One priority for all (a writer's call; `count` compares by identity first): no
+        # conversion per item.
+        self.priorities[where] = p if priorities.count(p) == n else priorities
         self.times_sampled[where] = 0
         self.sequence[where] = np.arange(seq, seq + n, dtype=np.int64)
         self.next_seq = seq + n
