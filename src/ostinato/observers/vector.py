@@ -185,9 +185,9 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
                 due &= mask
             k = _count(due)
             m = None if k == len(due) else due
-        if k:
+        if k:  # each selected environment has a window (reaching ``length`` steps back)
             for name in self._table_names:
-                w.create_items(name, self._priority, self._window, mask=m)
+                w._create_items(name, self._priority, self._window, m, None, True)
 
     def _due(self, steps: np.ndarray) -> np.ndarray:
         """Per environment, whether its ``steps`` since its reset end a window (every

@@ -331,6 +331,20 @@ class VectorTrajectoryWriter(StreamWriter):
           ValueError: a NaN priority, an environment without enough steps, a column that does
             not match the table's signature. No item of the call is created then.
         """
+        return self._create_items(table, priority, trajectory, mask, timeout_ms, False)
+
+    def _create_items(
+        self,
+        table: str,
+        priority: Any,
+        trajectory: Any,
+        mask: Any,
+        timeout_ms: int | None,
+        steps_checked: bool,
+    ) -> int:
+        """:meth:`create_items`. ``steps_checked``: every environment ``mask`` selects is known
+        to have as many steps as ``trajectory`` reaches back (a batched observer's mask from
+        :meth:`steps_at_least` of its window's length), so they are not counted again."""
         if self._closed:
             self._check_usable()
         lanes = self._mask(mask)
@@ -369,7 +383,7 @@ class VectorTrajectoryWriter(StreamWriter):
             sq, reach = known
             self._last_cols = key
             self._last_layout = (layout, sq, reach)
-        if reach > self._minsteps or lanes is not None:
+        if not steps_checked and (reach > self._minsteps or lanes is not None):
             short = self._steps[sel] < reach
             if np.count_nonzero(short):
                 env = int(sel[np.flatnonzero(short)[0]])
