@@ -63,7 +63,8 @@ class LocatedCall(NamedTuple):
     is rows ``[firsts[j, i], firsts[j, i] + lengths[j])`` of the block registered under
     ``codes[j]``, and rows ``[offsets[j][i], offsets[j][i] + lengths[j])`` of the chunk
     ``chunks[j][i]`` (one slice per column): all that makes up the items' trajectories
-    (:mod:`ostinato.core.compact`)."""
+    (:mod:`ostinato.core.compact`). The items' keys are drawn by
+    :func:`~ostinato.core.keys.new_keys`, so they are distinct (a table does not check)."""
 
     firsts: np.ndarray  # (columns, items)
     codes: tuple[int, ...]

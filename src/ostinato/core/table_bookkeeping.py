@@ -93,7 +93,8 @@ class TableBookkeeping(TableContents):
         ):
             return False
         keys, prios, trajs, sqs = zip(*items)
-        if not k2s.keys().isdisjoint(keys) or len(set(keys)) != n:
+        # A vector writer's keys (``located``) are drawn from the process's counter: distinct.
+        if not k2s.keys().isdisjoint(keys) or (located is None and len(set(keys)) != n):
             return False
         mts = self._max_times_sampled
         victims: list[int] = []
