@@ -233,9 +233,9 @@ class Table(TableBookkeeping):
         """Raises ``InvalidArgumentError`` before anything is stored if an item's priority is
         one this table cannot take (:meth:`validate_priority`). Only NaN is looked for on a
         table without a Prioritized selector (that comparison is all the per-item cost)."""
-        if self._prioritized:
-            for it in items:
-                self.validate_priority(it[1])
+        if self._prioritized:  # each value once, in order (a writer's items share theirs)
+            for p in dict.fromkeys(map(_PRIORITY, items)):
+                self.validate_priority(p)
             return
         if len(items) == 1:  # a writer's single item: one comparison (NaN != NaN)
             p = items[0][1]
