@@ -74,3 +74,18 @@ def gathered_both_ways(batch: Any, unsqueeze: bool = False) -> list[Any] | None:
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
     return list(fast)
+
+
+def check_chunk_refs(server: Any) -> None:
+    """Each chunk counts as many references as the server's stored items hold (a chunk
+    released too early would lose rows that items still use)."""
+    import collections
+
+    from ostinato.core import items as items_lib
+
+    held: collections.Counter[Any] = collections.Counter()
+    for t in server.tables_by_name.values():
+        s = t._slots
+        for slot in s.key_to_slot.values():
+            held.update(items_lib.chunk_refs(s.traj_of(slot)))
+    assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}

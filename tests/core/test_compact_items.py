@@ -8,14 +8,13 @@ item is right when its rows are consecutive steps of one environment."""
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 
 import numpy as np
 
 import ostinato as reverb
-from _helpers import uniform_table
+from _helpers import check_chunk_refs, uniform_table
 from ostinato import checkpointers, errors, testing
 from ostinato.core import items as items_lib
 
@@ -56,15 +55,6 @@ def _check_item(packed):
     assert r.tolist() == [100.0 * t + env for t in range(t0, t0 + LENGTH)], r
 
 
-def _check_refs(server):
-    held = collections.Counter()
-    for t in server.tables_by_name.values():
-        s = t._slots
-        for slot in s.key_to_slot.values():
-            held.update(items_lib.chunk_refs(s.traj_of(slot)))
-    assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}
-
-
 def test_items_are_stored_compact_and_packed_on_demand():
     with testing.in_process_server(uniform_table("t", 10_000)) as (server, client):
         _write(client, "t", 60)[0].close()
@@ -77,7 +67,7 @@ def test_items_are_stored_compact_and_packed_on_demand():
         for p in packed:
             assert items_lib.is_flat(p) or len(p) == 2
             _check_item(p)
-        _check_refs(server)
+        check_chunk_refs(server)
         for s in client.sample("t", 50, emit_timesteps=False):
             a, r = s.data  # the columns in the order of their keys
             assert np.all(np.diff(a) == 1)
@@ -89,13 +79,13 @@ def test_deletes_evictions_and_reset_release_compact_items():
         _write(client, "t", 80)[0].close()  # the table holds 40: each batch evicts the oldest
         table = server.tables_by_name["t"]
         assert table.info.current_size == 40
-        _check_refs(server)
+        check_chunk_refs(server)
         keys = table.keys().tolist()
         client.mutate_priorities("t", deletes=keys[::3])
         assert table.info.current_size == 40 - len(keys[::3])
         for k in table.keys().tolist():
             _check_item(table.get(k)["trajectory"])
-        _check_refs(server)
+        check_chunk_refs(server)
         client.reset("t")
         slots = table._slots
         assert len(slots) == 0
@@ -166,4 +156,4 @@ def test_items_waiting_for_their_rate_limiter_are_packed():
             assert np.all(np.diff(a) == 1)
             assert np.all(np.diff(r) == 100)
         assert len(seen) == len(got) == made[0]
-        _check_refs(server)
+        check_chunk_refs(server)

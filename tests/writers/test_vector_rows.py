@@ -10,16 +10,13 @@ same data whether gathered by location or read chunk by chunk.
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _helpers import gathered_both_ways, uniform_table
+from _helpers import check_chunk_refs, gathered_both_ways, uniform_table
 from ostinato import testing
-from ostinato.core import items as items_lib
 from ostinato.core import locations
 from ostinato.core.deadline import Deadline
 from ostinato.writers import lanes as lanes_mod
@@ -59,21 +56,10 @@ def _step(rng, n, t):
     }
 
 
-def _check_refs(server):
-    """Each chunk counts as many references as the stored items hold (a chunk released too
-    early would lose rows that items still use)."""
-    held = collections.Counter()
-    for t in server.tables_by_name.values():
-        s = t._slots
-        for slot in s.key_to_slot.values():
-            held.update(items_lib.chunk_refs(s.traj_of(slot)))
-    assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}
-
-
 def _check_table(server, client, table="t"):
     """Every stored item's location is what the table would work out itself; sampled batches
     gather the same data by location and chunk by chunk."""
-    _check_refs(server)
+    check_chunk_refs(server)
     slots = server.tables_by_name[table]._slots
     loc = slots.locations
     fresh = locations.Locations(slots.capacity)
