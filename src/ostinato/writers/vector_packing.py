@@ -32,7 +32,7 @@ def pack_items(
     selected lanes, ``count`` of them). With ``want_chunks``, when every item lies in its
     lanes' current chunks (one slice of it per column), instead of them: None, and per column
     each item's chunk and offset (:func:`~ostinato.core.compact.call_trajectories` packs them
-    if need be). Else None and an empty list for those."""
+    if need be). Else the packed trajectories, None and an empty list."""
     parts: list[Any] = []
     offsets: list[Sequence[int]] = []
     flat = True
@@ -84,9 +84,9 @@ def pack_items(
     if chunks is not None:  # every column in its lanes' current chunks
         return None, chunks, offsets
     if flat:
-        return list(zip(*parts)), None, offsets
+        return list(zip(*parts)), None, []
     parts = [list(x) if isinstance(x, repeat) else x for x in parts]
-    return list(map(_repack, repeat(parts, count), range(count))), None, offsets
+    return list(map(_repack, repeat(parts, count), range(count))), None, []
 
 
 # Helpers, not comprehensions in pack_items: a comprehension that reads a function's locals
