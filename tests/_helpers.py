@@ -87,5 +87,5 @@ def check_chunk_refs(server: Any) -> None:
     for t in server.tables_by_name.values():
         s = t._slots
         for slot in s.key_to_slot.values():
-            held.update(items_lib.chunk_refs(s.traj_of(slot)))
+            held.update(items_lib.chunk_refs(s.traj[slot]))
     assert {c.key: c.refs for c in held} == {c.key: n for c, n in held.items()}

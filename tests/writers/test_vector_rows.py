@@ -64,7 +64,7 @@ def _check_table(server, client, table="t"):
     loc = slots.locations
     fresh = locations.Locations(slots.capacity)
     for slot in slots.key_to_slot.values():
-        fresh.add(slot, slots.traj_of(slot))
+        fresh.add(slot, slots.traj[slot])
     for slot in slots.key_to_slot.values():
         assert loc.array[slot * loc._stride : (slot + 1) * loc._stride].tolist() == (
             fresh.array[slot * fresh._stride : (slot + 1) * fresh._stride].tolist()

@@ -61,16 +61,14 @@ class LocatedCall(NamedTuple):
     """The items of one writer call as a vector writer knows them (a call creates an item per
     selected environment; see :mod:`ostinato.writers.vector_rows`): item ``i``'s column ``j``
     is rows ``[firsts[j, i], firsts[j, i] + lengths[j])`` of the block registered under
-    ``codes[j]``, and rows ``[offsets[j][i], offsets[j][i] + lengths[j])`` of the chunk
-    ``chunks[j][i]`` (one slice per column): all that makes up the items' trajectories
-    (:mod:`ostinato.core.compact`). The items' keys are drawn by
-    :func:`~ostinato.core.keys.new_keys`, so they are distinct (a table does not check)."""
+    ``codes[j]``, and of the chunk ``chunks[j][i]`` (one slice per column). The items' keys
+    are drawn by :func:`~ostinato.core.keys.new_keys`, so they are distinct (a table does not
+    check)."""
 
     firsts: np.ndarray  # (columns, items)
     codes: tuple[int, ...]
     lengths: tuple[int, ...]
     chunks: tuple[Sequence[Any], ...]  # per column, each item's chunk
-    offsets: tuple[Sequence[int], ...]  # per column, each item's first row in its chunk
 
 
 class Located:
@@ -250,12 +248,6 @@ class Locations:
         """Forgets every item (the shape of item learned is kept)."""
         if self._view is not None:
             self._view[:, 0] = 0
-
-    def lengths(self, slots: Sequence[int]) -> list[list[int]]:
-        """Per column, the lengths of the located items in ``slots``."""
-        assert self._view is not None
-        rows = self._view[np.asarray(slots, dtype=np.int64)]
-        return rows[:, 3::3].T.tolist()  # type: ignore[no-any-return]
 
     def take(self, slots: np.ndarray) -> Located | None:
         """The locations of ``slots``, or None unless every one of them is located."""

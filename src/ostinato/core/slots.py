@@ -3,10 +3,9 @@
 A table gives every item a *slot*, a small dense integer, and keeps the item's metadata in flat
 arrays indexed by slot (key, priority, times sampled, insertion sequence number), so selectors
 and batch operations work on them vectorised. :class:`Slots` owns those arrays, their growth,
-the free list, the key -> slot index, each item's packed trajectory (or, for a vector writer's
-items, its columns: :mod:`ostinato.core.compact`) and squeeze flags, and the references the
-items hold on chunks in the server's :class:`~ostinato.core.chunks.ChunkStore` (and so which
-episodes are still referenced).
+the free list, the key -> slot index, each item's packed trajectory and squeeze flags, and the
+references the items hold on chunks in the server's :class:`~ostinato.core.chunks.ChunkStore`
+(and so which episodes are still referenced).
 
 Not thread-safe: the owning table calls it under its lock.
 """
@@ -23,7 +22,6 @@ import numpy as np
 from ostinato.core import items as items_lib
 from ostinato.core.chunk_counts import count_chunks, count_located
 from ostinato.core.chunks import Chunk, ChunkStore
-from ostinato.core.compact import CompactColumns, located_trajectories
 from ostinato.core.locations import LocatedCall, Locations
 from ostinato.core.untrack import untrack, untrack_objects
 
@@ -74,8 +72,6 @@ class Slots:
         self.num_deleted_episodes = 0
         #: Where located items have their rows (for batch assembly with one ``take``).
         self.locations = Locations(cap)
-        #: The chunks and offsets of compact items (a vector writer's: no packed trajectory).
-        self.compact = CompactColumns(cap)
 
     # -- capacity -----------------------------------------------------------------------------
     def _make_views(self) -> None:
@@ -100,7 +96,6 @@ class Slots:
         self.traj.extend([None] * (cap - len(self.traj)))
         self.squeeze.extend([None] * (cap - len(self.squeeze)))
         self.locations.grow(cap)
-        self.compact.grow(cap)
 
     def _grow(self) -> None:
         old = self.capacity
@@ -184,16 +179,14 @@ class Slots:
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
         if firsts is None:
-            if located is not None:  # their writer made no packed trajectories
-                trajs = located_trajectories(located)
             length = count_chunks(per_chunk, trajs)
-        else:  # every item flat, of the table's number of columns: stored compact
+        else:  # every item flat, of the table's number of columns
             count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
-            length = 0
+            length = loc.flat_len
         er = self.episode_refs
         if k:
             gone_chunks: dict[Chunk, int] = {}
-            self._count_refs(gone_chunks, victims)
+            count_chunks(gone_chunks, list(map(self.traj.__getitem__, victims)))
             gone_episodes: dict[int, int] = {}
             for chunk, count in gone_chunks.items():
                 e = chunk.episode_id
@@ -218,24 +211,21 @@ class Slots:
             slots += victims[:-1]
             self._forget(victims)
             free.append(victims[-1])
-        if firsts is None and len(self.key_to_slot) + n > UNTRACK_FROM:
-            untrack(trajs, all_flat=length > 0)  # kept out of full garbage collections
+        if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
+            untrack(trajs, all_flat=length > 0)
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq
-        # Compact items keep None as their trajectory, which every free slot holds.
         if slots[-1] == first + n - 1 and slots == list(run):
             # Consecutive slots (a fresh table, or a full Fifo table between wrap-arounds):
             # slices instead of an index per item, here and in the selectors (given the range).
             where: Any = slice(first, first + n)
             slots = run  # type: ignore[assignment]
-            if firsts is None:
-                self.traj[where] = trajs
+            self.traj[where] = trajs
             self.squeeze[where] = squeezes
         else:
             where = np.array(slots, dtype=np.int64)
-            if firsts is None:
-                _consume(map(self.traj.__setitem__, slots, trajs))
+            _consume(map(self.traj.__setitem__, slots, trajs))
             _consume(map(self.squeeze.__setitem__, slots, squeezes))
         self.keys[where] = keys
         p = priorities[0]
@@ -248,7 +238,6 @@ class Slots:
         self.key_to_slot.update(zip(keys, slots))
         if firsts is not None:
             loc.put(where, located, firsts)  # type: ignore[arg-type]
-            self.compact.put(where if type(where) is slice else slots, located)  # type: ignore[arg-type]
         elif length > 0 and length == loc.flat_len:
             stride = loc.stride_bytes
             offsets = (
@@ -285,8 +274,6 @@ class Slots:
                 self.recent.pop(key, None)
                 self.recent_old.pop(key, None)
         _consume(map(self.locations.remove, slots))
-        if self.compact.ncols:
-            self.compact.forget(slots)
         traj = self.traj
         squeeze = self.squeeze
         for s in slots:
@@ -296,7 +283,7 @@ class Slots:
     def remove(self, slot: int) -> int:
         """Drops the item in ``slot`` and its chunk references; returns its key."""
         key = self.a_keys[slot]
-        traj = self.traj_of(slot)
+        traj = self.traj[slot]
         del self.key_to_slot[key]
         if self.recent or self.recent_old:
             self.recent.pop(key, None)
@@ -315,36 +302,11 @@ class Slots:
                 self.num_deleted_episodes += 1
         self.traj[slot] = None
         self.squeeze[slot] = None
-        if self.compact.ncols:
-            self.compact.forget((slot,))
         self.free.append(slot)
         return key
 
-    def traj_of(self, slot: int) -> items_lib.Packed:
-        """The packed trajectory of the item in ``slot``."""
-        t = self.traj[slot]
-        return t if t is not None else self.trajs_of([slot])[0]
-
-    def trajs_of(self, slots: Sequence[int]) -> list[items_lib.Packed]:
-        """The packed trajectories of the items in ``slots`` (a list), in order: those stored
-        compact (:mod:`ostinato.core.compact`) are packed now."""
-        out = list(map(self.traj.__getitem__, slots))
-        if self.compact.ncols and None in out:
-            self.compact.fill(out, slots, self.locations)
-        return out
-
-    def _count_refs(self, counts: dict[Chunk, int], slots: Sequence[int]) -> None:
-        """Adds to ``counts`` the chunk references of the items in ``slots``."""
-        trajs = list(map(self.traj.__getitem__, slots))
-        if self.compact.ncols and None in trajs:
-            self.compact.count(counts, [s for s, t in zip(slots, trajs) if t is None])
-            trajs = [t for t in trajs if t is not None]
-        if trajs:
-            count_chunks(counts, trajs)
-
     def _all_chunk_refs(self) -> list[Chunk]:
-        trajs = self.trajs_of(list(self.key_to_slot.values()))
-        return [c for t in trajs for c in items_lib.chunk_refs(t)]
+        return [c for s in self.key_to_slot.values() for c in items_lib.chunk_refs(self.traj[s])]
 
     def clear(self) -> None:
         """Drops every item (capacity is kept) and resets the episode counters."""
@@ -356,7 +318,6 @@ class Slots:
         self.traj = [None] * cap
         self.squeeze = [None] * cap
         untrack_objects(self.traj, self.squeeze)
-        self.compact.clear()
         self.free = list(range(cap - 1, -1, -1))
         self.episode_refs.clear()
         self.num_deleted_episodes = 0
@@ -432,6 +393,7 @@ class Slots:
     ) -> items_lib.SampleBatch:
         """The :class:`~ostinato.core.items.SampleBatch` of the items in ``slots``."""
         sl = slots.tolist()
+        traj = self.traj
         sq = self.squeeze
         return items_lib.SampleBatch(
             self.keys[slots],
@@ -439,7 +401,7 @@ class Slots:
             np.full(len(sl), len(self.key_to_slot), np.int64),
             self.priorities[slots],
             times_sampled.astype(np.int32),
-            self.trajs_of(sl),
+            [traj[i] for i in sl],
             [sq[i] for i in sl],
             located=self.locations.take(slots),
         )

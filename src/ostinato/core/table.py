@@ -5,9 +5,10 @@ themselves (there is no worker thread); a call that the rate limiter does not ad
 gate until another call changes the state or its deadline passes. Items live in
 :class:`~ostinato.core.slots.Slots` (metadata in numpy arrays indexed by slot, so selectors and
 batch operations work on them vectorised); checkpoints go through
-:mod:`~ostinato.core.table_state`, reached from :class:`~ostinato.core.table_contents.TableContents`
-(``get``, ``keys``, ``snapshot``, ``restore_items``). The state changes made under the lock once a
-call is admitted (storing an item, taking samples, re-prioritising or removing a slot) are in
+:mod:`~ostinato.core.table_state`, reached from
+:class:`~ostinato.core.table_contents.TableContents` (``get``, ``keys``, ``snapshot``,
+``restore_items``). The state changes made under the lock once a call is admitted (storing an
+item, taking samples, re-prioritising or removing a slot) are in
 :class:`~ostinato.core.table_bookkeeping.TableBookkeeping`, which this class extends.
 """
 
@@ -24,7 +25,6 @@ import numpy as np
 from ostinato import errors
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import ChunkStore
-from ostinato.core.compact import with_trajectories
 from ostinato.core.deadline import Deadline
 from ostinato.core.gate import Gate, WaitStats
 from ostinato.core.keys import key_list
@@ -189,9 +189,11 @@ class Table(TableBookkeeping):
         """Bytes of data of one (arbitrary) item, from its chunks' specs; 0 if the table is
         empty or the specs are unknown (a server bounds sample replies with it)."""
         with self._lock:
-            k2s = self._slots.key_to_slot
-            packed = self._slots.traj_of(next(iter(k2s.values()))) if k2s else None
-        return float(items_lib.approx_nbytes(packed) or 0) if packed else 0.0
+            slots = self._slots
+            if not slots.key_to_slot:
+                return 0.0
+            packed = slots.traj[next(iter(slots.key_to_slot.values()))]
+        return float(items_lib.approx_nbytes(packed) or 0)
 
     # -- validation -------------------------------------------------------------------------------
     def validate_priority(self, priority: float) -> None:
@@ -255,8 +257,7 @@ class Table(TableBookkeeping):
         """Inserts items in order while the rate limiter admits them, without waiting.
 
         ``checked``: the caller already ran :meth:`check_item_priorities` on ``items``.
-        ``located``: where the items have their rows, from their writer, who made no packed
-        trajectories for them (their entries are None; ``Slots.add_many``).
+        ``located``: where the items have their rows, from their writer (``Slots.add_many``).
         Returns how many of ``items`` (a prefix) were inserted.
         """
         if not checked:
@@ -270,7 +271,6 @@ class Table(TableBookkeeping):
             if self._insert_batch_locked(items, assign, located):
                 done = len(items)
             else:
-                items = items if located is None else with_trajectories(items, located)
                 for key, priority, traj, squeeze in items:
                     if not lim.can_insert(1):
                         break

@@ -172,7 +172,7 @@ class TableBookkeeping(TableContents):
             sizes[i] = len(s.key_to_slot)
             prios[i] = s.a_prio[slot]
             times_out[i] = t
-            trajs.append(s.traj_of(slot))
+            trajs.append(s.traj[slot])
             sqs.append(s.squeeze[slot])
             self._limiter.sample(1)
             if self._hooks is not None:

@@ -45,7 +45,7 @@ class TableContents(TableSettings):
                 "key": key,
                 "priority": float(s.priorities[slot]),
                 "times_sampled": int(s.times_sampled[slot]),
-                "trajectory": s.traj_of(slot),
+                "trajectory": s.traj[slot],
                 "squeeze": s.squeeze[slot],
                 "insertion_order": int(s.sequence[slot]),
             }

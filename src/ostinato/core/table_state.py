@@ -36,7 +36,7 @@ def snapshot(
         "keys": slots.keys[order],
         "priorities": slots.priorities[order],
         "times_sampled": slots.times_sampled[order],
-        "trajectories": slots.trajs_of(sl),
+        "trajectories": [slots.traj[s] for s in sl],
         "squeeze": [slots.squeeze[s] for s in sl],
         "heap_order": heaps[0].tie_order(order) if heaps else None,
         "inserts": limiter.inserts,

@@ -22,9 +22,8 @@ A table only untracks items once it holds :data:`~ostinato.core.slots.UNTRACK_FR
 a call costs about 0.1 µs, 2-4% of an embedded insert, and a smaller table's items cost the
 collections less than that. Items of several slices per column (a sequence across a chunk
 boundary) are left tracked: they hold a tuple per column and per slice, a dozen calls each,
-which cost 6% of the inserts of 16 vectorised environments' 10-step items (W9s). A vector
-writer's items mostly have no tuple to untrack: they are stored as columns
-(:mod:`ostinato.core.compact`). On another interpreter nothing is done.
+which cost 6% of the inserts of 16 vectorised environments' 10-step items (W9s). On another
+interpreter nothing is done.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from ostinato import errors
 from ostinato.core.client_stats import CLIENT
-from ostinato.core.compact import with_trajectories
 from ostinato.core.deadline import Deadline, wait_for
 from ostinato.core.locations import LocatedCall
 
@@ -146,9 +145,7 @@ class Delivery:
         located: LocatedCall | None = None,
     ) -> None:
         """See :class:`WriterStream`. ``located``: where ``items`` have their rows, from their
-        writer, who made no packed trajectories for them (their entries are None); handed to
-        the table with them when they go in as one batch, else they are packed from it
-        (:func:`~ostinato.core.compact.with_trajectories`)."""
+        writer; handed to the table with them when they go in as one batch."""
         if self._error is not None:
             with self._cv:
                 self._raise_error()
@@ -162,19 +159,18 @@ class Delivery:
         lock.acquire()  # not `with`: half the cost, paid on every item of a writer
         try:
             held = self._held
-            runs = self._held_located
-            if held and (
-                self._held_table != table
-                or now - self._held_since > HOLD_SECONDS
-                or (runs is None) != (located is None)  # a batch is of located calls or not
-            ):
+            if held and (self._held_table != table or now - self._held_since > HOLD_SECONDS):
                 self._take_and_deliver(deadline, 0)
             first = not held
             if first:
                 self._held_table, self._held_since = table, now
-                runs = self._held_located = None if located is None else []
+                self._held_located = []
+            runs = self._held_located
             if runs is not None:
-                runs.append(located)  # type: ignore[arg-type]  # not None: see above
+                if located is None:
+                    self._held_located = None
+                else:
+                    runs.append(located)
             held.extend(items)
             if len(held) >= HOLD_ITEMS or len(held) + len(self._queue) >= self._max:
                 self._take_and_deliver(deadline, len(items))
@@ -207,8 +203,6 @@ class Delivery:
         try:
             self._deliver(table, items, deadline, located)
         except errors.DeadlineExceededError as e:
-            if located:  # held again, in a batch without
-                items = with_trajectories(items, located)
             left = getattr(e, "undelivered", 0)
             keep = items[len(items) - left : len(items) - own] if left > own else []
             self._held[:0] = keep
@@ -247,11 +241,7 @@ class Delivery:
             done = self._inserters[table](items, located=located)
             if done == len(items):
                 return
-            if located:  # queued without: packed now
-                items = with_trajectories(items, located)
             items = items[done:]
-        elif located:
-            items = with_trajectories(items, located)
         with self._cv:
             q = self._queue
             if deadline is not None:

@@ -27,14 +27,12 @@ def pack_items(
     sel: np.ndarray,
     count: int,
     want_chunks: bool,
-) -> tuple[list[items_lib.Packed] | None, list[Sequence[Any]] | None, list[Sequence[int]]]:
+) -> tuple[list[items_lib.Packed], list[Sequence[Any]] | None]:
     """The packed trajectories of the items of ``lanes`` (None: every lane; ``sel`` the
-    selected lanes, ``count`` of them). With ``want_chunks``, when every item lies in its
-    lanes' current chunks (one slice of it per column), instead of them: None, and per column
-    each item's chunk and offset (:func:`~ostinato.core.compact.call_trajectories` packs them
-    if need be). Else the packed trajectories, None and an empty list."""
+    selected lanes, ``count`` of them), and with ``want_chunks``, per column, each item's
+    chunk -- when every item lies in its lanes' current chunks (one slice of it per column),
+    else None."""
     parts: list[Any] = []
-    offsets: list[Sequence[int]] = []
     flat = True
     pick: Any = None  # the selected lanes' entries of a per-lane list (made when needed)
     # Every lane's offset per (rows per chunk, steps back).
@@ -69,7 +67,6 @@ def pack_items(
                 if lanes is None:
                     col_chunks = tuple(ch)  # a snapshot: the lanes' list changes
                 chunks.append(col_chunks)
-                offsets.append(off_list)
             parts += (col_chunks, off_list, repeat(c.length, count))
         else:  # some lanes reach back into closed chunks: their slices, one by one
             chunks = None
@@ -81,12 +78,10 @@ def pack_items(
             else:
                 flat = False
                 parts.append(sl)
-    if chunks is not None:  # every column in its lanes' current chunks
-        return None, chunks, offsets
     if flat:
-        return list(zip(*parts)), None, []
+        return list(zip(*parts)), chunks
     parts = [list(x) if isinstance(x, repeat) else x for x in parts]
-    return list(map(_repack, repeat(parts, count), range(count))), None, []
+    return list(map(_repack, repeat(parts, count), range(count))), chunks
 
 
 # Helpers, not comprehensions in pack_items: a comprehension that reads a function's locals

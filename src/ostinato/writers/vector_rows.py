@@ -50,11 +50,10 @@ class Locator:
         layout: tuple[Any, ...],
         lanes: np.ndarray | None,
         chunks: list[Sequence[Any]],
-        offsets: list[Sequence[int]],
     ) -> LocatedCall | None:
         """Where the items of a call (one per lane of ``lanes``, or of every lane) have their
-        rows, with their chunks and offsets (per column, each item's); None where some column's
-        lanes are not all in one block (the table then works them out itself).
+        rows, with their chunks (per column, each item's); None where some column's lanes are
+        not all in one block (the table then works them out itself).
 
         The caller has checked that every column of every item lies in its lane's current
         chunk, so an item's first row of a column is its lane's next row minus the steps
@@ -73,7 +72,7 @@ class Locator:
         positions = self._grid[which]
         if lanes is not None:
             positions = positions.take(lanes, 1)
-        return LocatedCall(positions - backs, tuple(codes), lengths, tuple(chunks), tuple(offsets))
+        return LocatedCall(positions - backs, tuple(codes), lengths, tuple(chunks))
 
     def _learn(self, cols: Sequence[VectorColumn], layout: tuple[Any, ...]) -> tuple[Any, ...]:
         idx = [c.lanes.index for c in cols]

@@ -34,7 +34,6 @@ import optree
 
 from ostinato import errors
 from ostinato.core import items as items_lib
-from ostinato.core.compact import call_trajectories
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key, new_keys
 from ostinato.validate import positive_int
@@ -398,24 +397,15 @@ class VectorTrajectoryWriter(StreamWriter):
             )
         # Packed trajectories, and each column's chunks while every item is in its lanes'
         # current chunks (then the table is told where the items' rows are: vector_rows).
-        packed, chunks, offsets = pack_items(cols, lanes, sel, count, self._locator is not None)
-        located = None
-        if chunks is not None:  # an in-process stream: it takes where the rows are
-            located = self._locator.locate(cols, layout, lanes, chunks, offsets)  # type: ignore[union-attr]
-            if located is None:  # not in one block: packed after all
-                packed = call_trajectories(chunks, offsets, [c.length for c in cols], count)
+        packed, chunks = pack_items(cols, lanes, sel, count, self._locator is not None)
         keys = new_keys(count)
         items = list(
-            zip(
-                keys,
-                repeat(p, count) if prios is None else prios.tolist(),
-                repeat(None) if packed is None else packed,
-                repeat(sq),
-            )
+            zip(keys, repeat(p, count) if prios is None else prios.tolist(), packed, repeat(sq))
         )
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
-            if located is not None:
+            if chunks is not None:  # an in-process stream: it takes where the rows are
+                located = self._locator.locate(cols, layout, lanes, chunks)  # type: ignore[union-attr]
                 self._stream.insert(table, items, deadline, located)  # type: ignore[call-arg]
             else:
                 self._stream.insert(table, items, deadline)

@@ -1,7 +1,6 @@
-"""A vector writer's items stored compact (ostinato.core.compact): no packed trajectory per item
-in the table, packed on demand. Every path that reads or drops items sees the same items as
-if they had been stored packed: lookups, samples, deletes, evictions, resets, checkpoints, and
-items that wait for their rate limiter (packed before they are queued).
+"""A vector writer's items, which go into an in-process table in batches with their locations
+(writers.vector_rows), seen through every path that reads or drops items: samples, lookups,
+deletes, evictions, resets, checkpoints, and items that wait for their rate limiter.
 
 Each step's values say where they come from (``a`` = step, ``r`` = 100 * step + env), so an
 item is right when its rows are consecutive steps of one environment."""
@@ -55,16 +54,15 @@ def _check_item(packed):
     assert r.tolist() == [100.0 * t + env for t in range(t0, t0 + LENGTH)], r
 
 
-def test_items_are_stored_compact_and_packed_on_demand():
+def test_items_hold_their_own_steps():
     with testing.in_process_server(uniform_table("t", 10_000)) as (server, client):
         _write(client, "t", 60)[0].close()
         slots = server.tables_by_name["t"]._slots
         live = list(slots.key_to_slot.values())
-        compact = [s for s in live if slots.traj[s] is None]
-        assert len(compact) > len(live) // 2  # most went in located
-        packed = slots.trajs_of(live)
-        assert packed == [slots.traj_of(s) for s in live]
-        for p in packed:
+        loc = slots.locations
+        located = sum(loc.array[s * loc._stride] == 1 for s in live)
+        assert located > len(live) // 2  # most went in with their writer's locations
+        for p in map(slots.traj.__getitem__, live):
             assert items_lib.is_flat(p) or len(p) == 2
             _check_item(p)
         check_chunk_refs(server)
@@ -74,7 +72,7 @@ def test_items_are_stored_compact_and_packed_on_demand():
             assert np.all(np.diff(r) == 100)
 
 
-def test_deletes_evictions_and_reset_release_compact_items():
+def test_deletes_evictions_and_reset_release_the_items_chunks():
     with testing.in_process_server(uniform_table("t", 40)) as (server, client):
         _write(client, "t", 80)[0].close()  # the table holds 40: each batch evicts the oldest
         table = server.tables_by_name["t"]
@@ -89,11 +87,10 @@ def test_deletes_evictions_and_reset_release_compact_items():
         client.reset("t")
         slots = table._slots
         assert len(slots) == 0
-        assert all(v is None for col in slots.compact.chunks for v in col)
         assert len(server._store) == 0
 
 
-def test_checkpoint_round_trip_of_compact_items(tmp_path):
+def test_checkpoint_round_trip(tmp_path):
     def server():
         return reverb.Server(
             [uniform_table("t", 10_000)],
@@ -106,7 +103,6 @@ def test_checkpoint_round_trip_of_compact_items(tmp_path):
         _write(client, "t", 40)[0].close()
         t1 = s1.tables_by_name["t"]
         before = [(k, [c.tolist() for c in _rows(t1.get(k)["trajectory"])]) for k in t1.keys()]
-        assert any(t1._slots.traj[s] is None for s in t1._slots.key_to_slot.values())
         client.checkpoint()
     finally:
         s1.stop()
@@ -119,9 +115,9 @@ def test_checkpoint_round_trip_of_compact_items(tmp_path):
         s2.stop()
 
 
-def test_items_waiting_for_their_rate_limiter_are_packed():
+def test_items_waiting_for_their_rate_limiter():
     """A Queue table admits 10 items at a time: the rest of a batch waits in the writer's
-    stream, packed, and goes in as samples make room; none is lost or mixed up."""
+    stream and goes in as samples make room; none is lost or mixed up."""
     table = reverb.Table(
         "q",
         reverb.selectors.Fifo(),
