@@ -432,17 +432,25 @@ def run_w4(ctx, timesteps: bool = True, threads: int = 1) -> dict:
     return {"unit": "items/s", "values": values, "params": params}
 
 
+def _rates(ctx, wid: str, loop: Callable[[], int]) -> list[float]:
+    """``ctx.repeat`` timed runs of ``loop`` (which returns the items it did), as items/s."""
+    values = []
+    for r in range(ctx.repeat):
+        t0 = time.perf_counter()
+        n = loop()
+        dt = time.perf_counter() - t0
+        values.append(n / dt)
+        ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
+    return values
+
+
 def run_w4b(ctx) -> dict:
     """W4b (Ostinato only): ``client.sample_batch(table, batch_size=256)``."""
     with _Filled(ctx, "W4b", "uniform", trajectory=ctx.sample_style == "timesteps", seed=4) as f:
         sample_batch_loop(f.client, f.table, BATCH)  # warm-up, untimed
-        values = []
-        for r in range(ctx.repeat):
-            t0 = time.perf_counter()
-            n = sample_batch_loop(f.client, f.table, ctx.sizes.sample_total)
-            dt = time.perf_counter() - t0
-            values.append(n / dt)
-            ctx.log(f"  W4b run {r + 1}/{ctx.repeat}: {n / dt:,.0f} items/s ({dt:.2f} s)")
+        values = _rates(
+            ctx, "W4b", lambda: sample_batch_loop(f.client, f.table, ctx.sizes.sample_total)
+        )
     return {
         "unit": "items/s",
         "values": values,
@@ -752,39 +760,55 @@ def write_w9_writers(writers: list, table: str, length: int, steps: list[list[di
     return items
 
 
+class _W9Writing:
+    """W9's steps and how each side writes them: Ostinato through the batched observer, dm-reverb
+    with one writer per environment (per-environment step dicts built here, untimed)."""
+
+    def __init__(self, ctx, length: int):
+        self.ctx, self.length = ctx, length
+        self.cols = w9_steps(ctx.sizes.w9_steps, W9_ENVS, seed=9)
+        self.ostinato = ctx.reverb.__name__.split(".")[0] == "ostinato"
+        self.rows = None
+        if not self.ostinato:
+            self.rows = [
+                [{k: self.cols[k][t, e] for k in W9_KEYS} for e in range(W9_ENVS)]
+                for t in range(ctx.sizes.w9_steps)
+            ]
+        self.how = "BatchedTrajectoryObserver" if self.ostinato else "one trajectory_writer per env"
+
+    def write(self, client, table: str) -> float:
+        """Writes every step into ``table``; returns the seconds the writing took."""
+        if self.ostinato:
+            observer = self.ctx.reverb.observers.BatchedTrajectoryObserver(
+                client, table, self.length, num_envs=W9_ENVS
+            )
+            t0 = time.perf_counter()
+            write_w9_observer(observer, self.cols)
+            dt = time.perf_counter() - t0
+            observer.close()
+            return dt
+        assert self.rows is not None
+        writers = [client.trajectory_writer(num_keep_alive_refs=self.length) for _ in self.rows[0]]
+        t0 = time.perf_counter()
+        write_w9_writers(writers, table, self.length, self.rows)
+        dt = time.perf_counter() - t0
+        for w in writers:
+            w.close()
+        return dt
+
+
 def run_w9(ctx, length: int) -> dict:
     """W9: 16 vectorised environments, items of ``length`` steps (every window, stride 1)."""
-    cols = w9_steps(ctx.sizes.w9_steps, W9_ENVS, seed=9)
+    writing = _W9Writing(ctx, length)
     n_steps = ctx.sizes.w9_steps * W9_ENVS
     wid = "W9" if length == 1 else f"W9s{length}"
     specs = [table_spec("uniform", f"{wid.lower()}_{r}") for r in range(ctx.repeat)]
-    ostinato = ctx.reverb.__name__.split(".")[0] == "ostinato"
-    rows = None
-    if not ostinato:  # per-environment step dicts of views and numpy scalars, built untimed
-        rows = [
-            [{k: cols[k][t, e] for k in W9_KEYS} for e in range(W9_ENVS)]
-            for t in range(ctx.sizes.w9_steps)
-        ]
     runs = []
     with ctx.serve(specs) as dep:
         client = dep.client()
         for r, spec in enumerate(specs):
             gc.collect()
-            if ostinato:
-                observer = ctx.reverb.observers.BatchedTrajectoryObserver(
-                    client, spec["name"], length, num_envs=W9_ENVS
-                )
-                t0 = time.perf_counter()
-                write_w9_observer(observer, cols)
-                dt = time.perf_counter() - t0
-                observer.close()
-            else:
-                writers = [client.trajectory_writer(num_keep_alive_refs=length) for _ in rows[0]]
-                t0 = time.perf_counter()
-                write_w9_writers(writers, spec["name"], length, rows)
-                dt = time.perf_counter() - t0
-                for w in writers:
-                    w.close()
+            dt = writing.write(client, spec["name"])
             runs.append(dt)
             ctx.log(f"  {wid} run {r + 1}/{ctx.repeat}: {n_steps / dt:,.0f} steps/s ({dt:.2f} s)")
     return {
@@ -794,7 +818,34 @@ def run_w9(ctx, length: int) -> dict:
             "envs": W9_ENVS,
             "vector_steps": ctx.sizes.w9_steps,
             "sequence_length": length,
-            "how": "BatchedTrajectoryObserver" if ostinato else "one trajectory_writer per env",
+            "how": writing.how,
+        },
+    }
+
+
+def run_w9r(ctx) -> dict:
+    """W9r: ``client.sample(table, 256, emit_timesteps=False)`` from a table that W9s's writing
+    filled (10-step items of 16 vectorised environments): what a learner pays for the way a
+    vectorised writer's items are stored (session 39 stored them in a way that made this
+    2.6× slower in the table, and reverted it)."""
+    writing = _W9Writing(ctx, SEQ)
+    total = ctx.sizes.sample_total
+    with ctx.serve([table_spec("uniform", "w9r")]) as dep:
+        client = dep.client()
+        writing.write(client, "w9r")
+        sample_loop(client, "w9r", BATCH, emit_timesteps=False)  # warm-up, untimed
+        values = _rates(ctx, "W9r", lambda: sample_loop(client, "w9r", total, emit_timesteps=False))
+    return {
+        "unit": "items/s",
+        "values": values,
+        "params": {
+            "envs": W9_ENVS,
+            "vector_steps": ctx.sizes.w9_steps,
+            "sequence_length": SEQ,
+            "samples": total,
+            "num_samples": BATCH,
+            "emit_timesteps": False,
+            "written_by": writing.how,
         },
     }
 
@@ -835,6 +886,7 @@ WORKLOADS: dict[str, Workload] = {
     "W6": Workload("concurrent (2 writers + 1 sampler), inserts", run_w6),
     "W9": Workload("16 vector envs, 1-step items, steps", lambda ctx: run_w9(ctx, 1)),
     "W9s": Workload("16 vector envs, 10-step items, steps", lambda ctx: run_w9(ctx, SEQ)),
+    "W9r": Workload("sample 256 from W9s's items, emit_timesteps=False", run_w9r),
     "MEM": Workload("memory beyond data per W1 item", None),
     "MEM3": Workload("memory per W3 frame / frame bytes", None),
     "SCALE": Workload("W1 and W4 from 1-8 client processes", None),
