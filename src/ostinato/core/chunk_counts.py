@@ -46,12 +46,13 @@ def count_located(counts: dict[Chunk, int], calls: Sequence[LocatedCall], ncols:
             if chunks == run:  # the same chunks in the same lanes (identity first)
                 times += 1
                 continue
-            add_times(counts, run, times)
+            _add_times(counts, run, times)
             run, times = chunks, 1
-        add_times(counts, run, times)
+        _add_times(counts, run, times)
 
 
-def add_times(counts: dict[Chunk, int], chunks: Sequence[Chunk], times: int) -> None:
+def _add_times(counts: dict[Chunk, int], chunks: Sequence[Chunk], times: int) -> None:
+    """Adds ``times`` references to each of ``chunks`` (the items of ``times`` calls)."""
     if times == 1:
         _count_elements(counts, chunks)
     elif times:

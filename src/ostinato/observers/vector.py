@@ -187,7 +187,9 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
             m = None if k == len(due) else due
         if k:  # each selected environment has a window (reaching ``length`` steps back)
             for name in self._table_names:
-                w._create_items(name, self._priority, self._window, m, None, True)
+                w._create_items(
+                    name, self._priority, self._window, m, timeout_ms=None, steps_checked=True
+                )
 
     def _due(self, steps: np.ndarray) -> np.ndarray:
         """Per environment, whether its ``steps`` since its reset end a window (every
