@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from _helpers import check_chunk_refs, gathered_both_ways, uniform_table
 from ostinato import testing
+from ostinato.core import items as items_lib
 from ostinato.core import locations
 from ostinato.core.deadline import Deadline
 from ostinato.writers import lanes as lanes_mod
@@ -87,7 +88,7 @@ OPS = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=OPS, keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 3, 8]))
+@given(ops=OPS, keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 3, 8, 16, 40]))
 def test_locations_from_the_writer_are_the_tables_own(ops, keep, chunk):
     n = 6
     rng = np.random.default_rng(1)
@@ -143,3 +144,60 @@ def test_the_table_takes_the_writers_locations(small_blocks, puts, chunk, max_si
             _check_table(server, client, table)
         stored = sum(client.server_info()[table].current_size for table in ("t", "u"))
         assert sum(puts) >= 200, (sum(puts), stored)  # hundreds took the writer's path
+
+
+def test_full_chunks_pass_their_newest_rows_on():
+    """A chunk that fills up mid-episode starts the lane's next one with a copy of its newest
+    ``keep - 1`` rows (``Lanes.carry``): every item of up to ``keep`` steps is one slice per
+    column, located, with its steps in order, and the lane's history is unchanged."""
+    n, keep, rows = 4, 5, 40  # carry 4: at most 1/8 of the rows
+    with testing.in_process_server(_table()) as (server, client):
+        with client.vector_writer(n, keep, max_chunk_length=rows) as w:
+            for t in range(300):
+                w.append({"a": 1000 * np.arange(n) + t})  # environment and step, in one value
+                if t % 97 == 50:  # episodes end at different steps in different lanes
+                    w.end_episode(np.array([True, False, False, True]))
+                w.create_items("t", 1.0, {"a": w.history["a"][-keep:]}, mask=w.steps_at_least(keep))
+                if t % 7 == 0:
+                    got = w.history["a"].numpy(1)
+                    assert got.tolist() == list(range(1000 + t - len(got) + 1, 1000 + t + 1))
+            assert [c.carry for c in w._columns] == [keep - 1]
+        _check_table(server, client)
+        slots = server.tables_by_name["t"]._slots
+        trajs = [slots.traj[s] for s in slots.key_to_slot.values()]
+        assert len(trajs) > 1000
+        assert all(items_lib.is_flat(tr) for tr in trajs)
+        for s in client.sample("t", len(trajs), emit_timesteps=False):
+            a = np.asarray(s.data[0])
+            assert (np.diff(a) == 1).all() and a[0] // 1000 == a[-1] // 1000, a
+
+
+def test_no_carry_where_it_would_cost_more_than_an_eighth():
+    """Chunks of fewer than 8 * (keep - 1) rows pass nothing on: items reach back into the
+    closed chunk (several slices), as one writer per environment would store them."""
+    with testing.in_process_server(_table()) as (server, client):
+        with client.vector_writer(2, 5, max_chunk_length=31) as w:
+            for t in range(100):
+                w.append({"a": np.array([t, 1000 + t])})
+                w.create_items("t", 1.0, {"a": w.history["a"][-5:]}, mask=w.steps_at_least(5))
+            assert [c.carry for c in w._columns] == [0]
+        _check_table(server, client)
+        slots = server.tables_by_name["t"]._slots
+        assert not all(items_lib.is_flat(slots.traj[s]) for s in slots.key_to_slot.values())
+
+
+def test_carried_rows_are_met_once_walking_back_across_episodes():
+    """A chunk whose rows were all carried over is not kept again: walking back from the next
+    chunk, through an episode ended without clearing, meets every step once."""
+    with testing.in_process_server(_table()) as (server, client):
+        with client.vector_writer(1, 5, max_chunk_length=40) as w:  # carry 4
+            for t in range(38):
+                w.append({"a": np.array([t])})
+            w.end_episode(clear_buffers=False)  # the chunk's region has 2 rows left
+            for t in range(38, 41):  # 2 fill the region; the 3rd opens a chunk carrying both
+                w.append({"a": np.array([t])})
+            assert w.history["a"].numpy(0).tolist() == [36, 37, 38, 39, 40]
+            w.create_items("t", 1.0, {"a": w.history["a"][-5:]})
+        _check_table(server, client)
+        (s,) = client.sample("t", 1, emit_timesteps=False)
+        assert np.asarray(s.data[0]).tolist() == [36, 37, 38, 39, 40]

@@ -59,14 +59,16 @@ def _run_ops(client, ops, n, keep, chunk):
     vw = client.vector_writer(n, keep, max_chunk_length=chunk)
     refs = [client.trajectory_writer(keep, max_chunk_length=chunk) for _ in range(n)]
     t = 0
+    steps: list[list[int]] = [[] for _ in range(n)]  # per environment, its episode's t values
     for op, mask, a, b in ops:
         m = np.array(mask[:n] + [True] * (n - len(mask)), bool)
         if op == "append":
             step = _step(rng, n, t)
-            t += 1
             vw.append(step, mask=m)
             for i in np.flatnonzero(m):
                 refs[i].append({k: v[i] for k, v in step.items()})
+                steps[i].append(t)
+            t += 1
         elif op == "items":
             if not t:
                 continue
@@ -85,7 +87,10 @@ def _run_ops(client, ops, n, keep, chunk):
             vw.end_episode(m)
             for i in np.flatnonzero(m):
                 refs[i].end_episode()
+                steps[i].clear()
         _check_fills_agree(vw)
+        for i in range(n if t else 0):  # the kept steps, walked back through the lane's chunks
+            assert vw.history["t"].numpy(i).tolist() == steps[i][-keep:]
     vw.flush()
     for w in refs:
         w.flush()
@@ -104,7 +109,13 @@ OPS = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(ops=OPS, n=st.integers(1, 5), keep=st.integers(1, 5), chunk=st.sampled_from([None, 1, 2, 3]))
+@given(
+    ops=OPS,
+    n=st.integers(1, 5),
+    keep=st.integers(1, 5),
+    # 8 and 16: chunks that fill up and pass their newest rows on (Lanes.carry) when keep <= 3
+    chunk=st.sampled_from([None, 1, 2, 3, 8, 16]),
+)
 def test_same_items_as_one_writer_per_environment(ops, n, keep, chunk):
     server = reverb.Server(_tables())
     try:

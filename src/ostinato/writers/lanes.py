@@ -23,6 +23,10 @@ from ostinato.writers.chunker import (
     TARGET_CHUNK_BYTES,
 )
 
+#: A lane's full chunk passes its newest ``keep - 1`` rows on to the next one when they are at
+#: most this share of a chunk's rows (1/8: at most 12.5% more rows stored).
+CARRY_SHARE = 8
+
 if TYPE_CHECKING:
     from ostinato.writers.vector_writer import VectorTrajectoryWriter
 
@@ -41,6 +45,16 @@ class Lanes:
     a chunk's capacity depends only on :attr:`rows`; so columns with as many rows per chunk
     open and close their lanes' chunks at the same steps, and their fills (``pos - start``)
     agree in every lane. ``create_items`` relies on this to compute offsets once per group.
+
+    A chunk that fills up mid-episode passes its newest :attr:`carry` rows (``keep - 1``, when
+    that is at most 1/:data:`CARRY_SHARE` of :attr:`rows`) on to the lane's next chunk, which
+    starts with a copy of them. An item of up to ``keep`` steps then always lies in one chunk,
+    rows next to each other, however the lane's chunks fall: one slice per column, and a
+    location the table can gather by. The closed chunk is kept only for the rows it did not
+    pass on (its count in :attr:`closed` excludes them), so walking back through a lane's
+    chunks (:meth:`slices`) meets every step once. Without it, every lane's chunk fills at
+    the same steps (their regions are carved together), and for ``keep - 1`` appends after
+    that every item of every lane reached back into the closed chunk.
     """
 
     def __init__(self, path: tuple[Any, ...], index: int, num_envs: int, keep: int):
@@ -52,6 +66,8 @@ class Lanes:
         self.shape: tuple[int, ...] = ()
         self.spec: tuple[Any, ...] | None = None
         self.rows = 0  # rows per chunk
+        #: Rows a full chunk's successor starts with, copied from its end (see :meth:`_open`).
+        self.carry = 0
         self.row_bytes = 1
         self.blocked = False  # lanes' chunks are carved from shared blocks
         self.block: np.ndarray | None = None  # the block new chunks are carved from
@@ -99,6 +115,8 @@ class Lanes:
             self.rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
         self.blocked = row_bytes <= BLOCK_MAX_ROW_BYTES
         self.row_bytes = row_bytes
+        carry = self.keep - 1  # depends on rows alone, as the class requires
+        self.carry = carry if carry * CARRY_SHARE <= self.rows else 0
         if self.blocked and self.shape:
             self.row_dtype = np.dtype((np.void, row_bytes))
 
@@ -172,13 +190,20 @@ class Lanes:
         for lane in lanes:
             old = self.chunk[lane]
             f = int(self.pos[lane] - self.start[lane])
-            if old is not None:  # full: kept while it holds kept steps
-                self._keep_closed(lane, old, f)
-                self.chunk[lane] = None
             self.start[lane] += f
             self.cap[lane] -= f
+            k = 0  # rows carried over (see carry)
+            if old is not None:  # full: kept while it holds kept steps it does not pass on
+                k = min(self.carry, f)
+                if f > k:
+                    self._keep_closed(lane, old, f - k)
+                self.chunk[lane] = None
             if self.cap[lane] <= 0:
                 self._region(lane)
+                if k:
+                    s = int(self.start[lane])
+                    self.arr[lane][s : s + k] = old.data[f - k : f]  # type: ignore[index,union-attr]
+                    self.pos[lane] = s + k
             s = int(self.start[lane])
             c = int(self.cap[lane])
             view = self.ro[lane][s : s + c]  # type: ignore[index]
