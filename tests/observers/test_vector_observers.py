@@ -142,8 +142,14 @@ def test_gym_transitions_like_one_observer_per_env(cfg, kind, mode, n, seed):
 
 
 @settings(max_examples=30, deadline=None)
-@given(cfg=CONFIGS, kind=st.sampled_from(["traj", "seq"]), seed=st.integers(0, 10_000))
-def test_batched_step_dicts_like_one_observer_per_env(cfg, kind, seed):
+@given(
+    cfg=CONFIGS,
+    kind=st.sampled_from(["traj", "seq"]),
+    seed=st.integers(0, 10_000),
+    # step types as environments give them: any integer dtype
+    st_type=st.sampled_from([np.int32, np.int64, np.uint8, np.int16]),
+)
+def test_batched_step_dicts_like_one_observer_per_env(cfg, kind, seed, st_type):
     n = 3
     server = reverb.Server([reverb.Table.queue("a", 100_000), reverb.Table.queue("b", 100_000)])
     try:
@@ -154,7 +160,8 @@ def test_batched_step_dicts_like_one_observer_per_env(cfg, kind, seed):
         prev_last = np.ones(n, bool)
         for t in range(40):
             last = ~prev_last & (rng.random(n) < 0.2)
-            st_ = np.where(prev_last, FIRST, np.where(last, LAST, MID)).astype(np.int32)
+            st_ = np.where(prev_last, FIRST, np.where(last, LAST, MID))
+            st_ = st_.astype(st_type)
             prev_last = last
             step = {
                 "step_type": st_,
@@ -184,6 +191,8 @@ def test_errors_write_nothing(queue_server):
         observer({"x": np.zeros(2)})
     with pytest.raises(ValueError, match="num_envs"):
         observer({"step_type": np.zeros(3, np.int32), "x": np.zeros(3)})
+    with pytest.raises(ValueError, match="num_envs"):
+        observer({"step_type": np.zeros((2, 1), np.int32), "x": np.zeros(2)})
     observer.flush()
     assert client.server_info()["a"].current_size == 0
     observer.close()

