@@ -129,18 +129,22 @@ def test_same_items_as_one_writer_per_environment(ops, n, keep, chunk):
         server.stop()
 
 
-def test_over_the_network(serve):
-    """The same items through a server in another process (and an embedded one)."""
+@pytest.mark.parametrize(("keep", "chunk", "kinds", "n_ops"), [(4, 2, 1, 80), (3, 16, 2, 160)])
+def test_over_the_network(serve, keep, chunk, kinds, n_ops):
+    """The same items through a server in another process (and an embedded one). With
+    16-row chunks and 3 steps kept, full chunks pass their newest 2 rows on (Lanes.carry)."""
     client = serve(
         "import ostinato as reverb\n"
         f"TABLES = [reverb.Table.queue('vec', {QUEUE}), reverb.Table.queue('ref', {QUEUE})]\n"
     )
     rng = np.random.default_rng(3)
     ops = []
-    for _ in range(80):
-        op = ["append", "append", "items", "end"][rng.integers(0, 4)]
+    ops_of = ["append", "append", "items", "end"] if kinds == 1 else ["append"] * 5 + ["items"] * 3
+    ops_of += [] if kinds == 1 else ["end"]
+    for _ in range(n_ops):
+        op = ops_of[rng.integers(0, len(ops_of))]
         ops.append((op, rng.integers(0, 2, 4).astype(bool).tolist(), *rng.integers(0, 10, 2)))
-    vw, refs = _run_ops(client, ops, 4, 4, 2)
+    vw, refs = _run_ops(client, ops, 4, keep, chunk)
     vec, ref = _drain(client, "vec"), _drain(client, "ref")
     assert len(vec) > 20
     assert vec == ref
