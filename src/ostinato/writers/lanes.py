@@ -194,7 +194,8 @@ class Lanes:
             self.cap[lane] -= f
             k = 0  # rows carried over (see carry)
             if old is not None:  # full: kept while it holds kept steps it does not pass on
-                k = min(self.carry, f)
+                if self.cap[lane] <= 0:  # always so: a chunk ends where its region does
+                    k = min(self.carry, f)
                 if f > k:
                     self._keep_closed(lane, old, f - k)
                 self.chunk[lane] = None
