@@ -25,7 +25,6 @@ on the server), and a request the server refuses stops every writer with items i
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
@@ -64,19 +63,12 @@ class InsertStream:
     one. Every method is called with the connection's lock (``cv``) held unless it says not.
     """
 
-    def __init__(self, transport: Any, cv: threading.Condition):
+    def __init__(self, transport: Any, cv: threading.Condition, lock: Any):
         self._t = transport
         self._cv = cv  # writers wait on it: for acks (room, flush) and errors
-        # The request generator waits, without the lock, for a token in a queue of its own
-        # (``_kick``): an ack then wakes only the writers waiting for it, not the generator too,
-        # and whoever wakes it does so after releasing the lock. With a condition over the
-        # lock, the woken generator found the lock still held by its waker and blocked again:
-        # one more thread switch per request, what limits writers that flush after every item
-        # (W6: 1.06× with the queue).
-        self._kick: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._gen_waiting = False  # the generator waits for a token (lock held to read/write)
-        #: Set by :meth:`enqueue`: the caller must :meth:`kick` once it has released the lock.
-        self.kick_due = False
+        # The request generator waits on a condition of its own (over the same lock): an ack
+        # then wakes only the writers waiting for it, not the generator too.
+        self._send = threading.Condition(lock)
         self._max_requests = transport.options.max_in_flight_requests
         # Monitoring (ostinato.ops.metrics.client_metrics): items pending, read when asked,
         # and each request's confirmation latency.
@@ -107,20 +99,15 @@ class InsertStream:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="ostinato-insert", daemon=True)
             self._thread.start()
-        if was_empty and self._gen_waiting:
+        if was_empty:
             # Only the request generator waits for queued items, and only while the queue is
             # empty: waking it for every item would cost a thread switch per item.
-            self.kick_due = True
-
-    def kick(self) -> None:
-        """Wakes the request generator (lock NOT held; a token it finds needless costs it one
-        more look at the queue)."""
-        self._kick.put(None)
+            self._send.notify()
 
     def _wake(self) -> None:
         """Wakes every thread waiting on the stream: writers and the request generator."""
         self._cv.notify_all()
-        self._kick.put(None)
+        self._send.notify_all()
 
     def leave(self, share: Share) -> tuple[int, bool]:
         """``share``'s writer closed: drops its unsent items. Returns (how many, whether that
@@ -261,15 +248,7 @@ class InsertStream:
                             stop.set()
                             self._wake()
                             return
-                    self._gen_waiting = True
-                    self._cv.release()  # held once: the `with` above
-                    try:
-                        self._kick.get(timeout=0.2)
-                    except queue.Empty:
-                        pass
-                    finally:
-                        self._cv.acquire()
-                        self._gen_waiting = False
+                    self._send.wait(0.2)
                 idle_since = None
                 if stop.is_set():
                     return
@@ -330,10 +309,8 @@ class InsertStream:
                     out = self._out
                     self._encoder.release(out.acked(n))
                     self._cv.notify_all()  # writers waiting for room or for their flush
-                    # The generator may wait for a request slot: woken once the lock is free.
-                    kick = bool(out.queue) and self._gen_waiting
-                if kick:
-                    self.kick()
+                    if out.queue:  # the generator may wait for a request slot
+                        self._send.notify()
         except grpc.RpcError as e:
             reason = shm_refusal(e)
             if reason is not None:
@@ -372,7 +349,7 @@ class InsertStreams:
             if s.live_writers() < self._t.options.writers_per_stream:
                 s.join(share)
                 return s
-        s = InsertStream(self._t, self.cv)
+        s = InsertStream(self._t, self.cv, self._lock)
         streams.append(s)
         s.join(share)
         return s
@@ -413,9 +390,6 @@ class GrpcWriterStream:
             if stream is None or stream.retired:
                 stream = self._by_table[table] = self._streams.join(table, share)
             stream.enqueue(share, table, items)
-            kick, stream.kick_due = stream.kick_due, False
-        if kick:
-            stream.kick()
 
     def _wait_for_room(self, n: int, deadline: Deadline) -> None:
         """Blocks (lock held) until ``n`` more items fit under ``max_pending``; raises the
