@@ -211,6 +211,8 @@ def test_episode_step_counts(client):
         w.append(_obs(3), mask=np.array([True, False, True]))
         assert w.episode_steps.tolist() == [2, 1, 2]
         assert w.steps_at_least(2).tolist() == [True, False, True]
+        assert w.steps_at_least(1.5).tolist() == [True, False, True]  # compared as given
+        assert w.steps_at_least(np.int32(2)).tolist() == [True, False, True]
         assert 0 <= w.min_episode_steps <= 1  # a lower bound
         w.append(_obs(3))
         w.append(_obs(3))

@@ -151,6 +151,8 @@ class VectorTrajectoryWriter(StreamWriter):
     def steps_at_least(self, n: int) -> np.ndarray:
         """Per environment, whether its episode has at least ``n`` steps: a mask for
         :meth:`create_items` (``episode_steps >= n`` without the copy)."""
+        if type(n) is not int or not -(2**62) < n < 2**62:  # a float, a numpy integer, ...
+            return self._steps >= n
         bound = self._at_least.get(n)
         if bound is None:
             if len(self._at_least) >= 64:
