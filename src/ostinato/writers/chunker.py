@@ -24,6 +24,7 @@ from ostinato.core.chunks import Chunk
 from ostinato.core.keys import new_key
 from ostinato.core.locations import register_block
 from ostinato.core.specs import ALLOWED_KINDS, dtype_name, shape_str
+from ostinato.writers.trajectory_column import TrajectoryColumn
 
 if TYPE_CHECKING:
     from ostinato.writers.columns import ColumnHistory
@@ -108,33 +109,54 @@ NUMPY_REAL_SCALARS = frozenset(
 _FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.complex128})
 
 
-class CellRef:
-    """A reference to one appended value (Reverb's ``WeakCellRef``).
+class CellRef(TrajectoryColumn):
+    """A reference to one appended value (Reverb's ``WeakCellRef``), which is also that step's
+    squeezed :class:`TrajectoryColumn` (what ``history[path][i]`` returns: one object per
+    step, made once by the writer, instead of a new column at every read).
 
     It expires when it leaves the writer's keep-alive window or the episode's buffers are
-    cleared; items created from it before that keep the data alive regardless.
+    cleared; items created from it before that keep the data alive regardless. As a ref, its
+    ``shape`` is a tuple (Reverb's ``WeakCellRef.shape`` is a list; its squeezed column's, the
+    same shape, is a tuple here too).
     """
 
     __slots__ = ("chunk", "offset", "chunker", "step", "expired")
 
-    def __init__(self, chunk: Chunk, offset: int, chunker: ColumnChunker, step: int):
-        self.chunk = chunk
-        self.offset = offset
-        self.chunker = chunker
-        self.step = step
-        self.expired = False
+    # As a column: the one step, squeezed. (Class attributes, read through the subclass, in
+    # place of TrajectoryColumn's slots, which a CellRef leaves unset: no reference cycle.)
+    _squeeze = True
+    _run = True
 
     @property
-    def shape(self) -> list[int | None]:
-        return list(self.chunker.shape)
+    def _refs(self) -> tuple[CellRef]:
+        return (self,)
+
+    @property
+    def _path(self) -> tuple[Any, ...]:
+        return self.chunker.path
+
+    #: Made by the chunker with no arguments and its fields set one by one (``CellRef()``
+    #: then calls no Python ``__init__``: the cheapest object a writer makes per value).
+    __init__ = object.__init__  # type: ignore[assignment]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.chunker.shape)
 
     @property
     def dtype(self) -> np.dtype:
         return self.chunker.dtype
 
+    def __len__(self) -> int:
+        return 1
+
     def numpy(self) -> np.ndarray:
         if self.expired:
-            raise RuntimeError("Cannot access data from expired WeakCellRef")
+            # Either of Reverb's messages: this is a ref and a column.
+            raise RuntimeError(
+                "Cannot convert TrajectoryColumn with expired data references to numpy array "
+                "(Cannot access data from expired WeakCellRef)."
+            )
         return np.array(self.chunk.data[self.offset])
 
     def __repr__(self) -> str:
@@ -144,7 +166,6 @@ class CellRef:
         )
 
 
-_new_ref = object.__new__
 #: ``ColumnChunker._n`` when no chunk is being filled: more rows than any chunk has.
 _NO_ROOM = 1 << 62
 
@@ -292,7 +313,7 @@ class ColumnChunker:
         else:
             n = self._store_slow(value, episode_id)
         self._n = n + 1
-        ref = _new_ref(CellRef)
+        ref = CellRef()
         ref.chunk = self._chunk
         ref.offset = n
         ref.chunker = self

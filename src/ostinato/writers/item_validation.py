@@ -17,10 +17,15 @@ from ostinato import errors
 from ostinato.core.deadline import Deadline
 from ostinato.core.signature import check_columns
 from ostinato.validate import is_int
-from ostinato.writers.columns import TrajectoryColumn
+from ostinato.writers.chunker import CellRef
+from ostinato.writers.trajectory_column import TrajectoryColumn
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
+
+
+#: A column's types: a step's ref is its squeezed column.
+_COLUMN_TYPES = frozenset({TrajectoryColumn, CellRef})
 
 
 def _is_column(x: Any) -> bool:
@@ -46,7 +51,7 @@ def trajectory_columns(
             key_cache[tuple(trajectory)] = order
         cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
         for c in cols:
-            if type(c) is not TrajectoryColumn:
+            if type(c) not in _COLUMN_TYPES:
                 cols = None
                 break
     if cols is None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
-from ostinato.writers.columns import TrajectoryColumn
+from ostinato.writers.chunker import CellRef
+from ostinato.writers.trajectory_column import TrajectoryColumn
 from ostinato.writers.item_validation import trajectory_columns
 
 _SQ_CACHE = items_lib.SQUEEZE_CACHE
@@ -127,6 +128,63 @@ def tuple_getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
     return itemgetter(*keys)
 
 
+_PACKERS: dict[int, Callable[[Sequence[Any]], Any]] = {}
+
+
+def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
+    """``pack(cols)`` for ``ncols`` columns: ``(packed, squeeze flags)`` when every column is
+    one step (a :class:`CellRef`) or consecutive steps of one chunk (a run of a history
+    column), else None (then :func:`pack_columns` finds the slices or names what is wrong).
+
+    Generated with the columns unrolled, as ``collections.namedtuple`` generates its classes:
+    no loop, no list, no ``+=`` of a triple per column. ``create_item`` runs it per item."""
+    fn = _PACKERS.get(ncols)
+    if fn is not None:
+        return fn
+    lines = [f"def pack(cols):", f"    {', '.join(f'c{i}' for i in range(ncols))}, = cols"]
+    for i in range(ncols):
+        lines += [
+            f"    t = type(c{i})",
+            f"    if t is CellRef:",
+            f"        if c{i}.expired:",
+            f"            return None",
+            f"        p{i} = c{i}.chunk",
+            f"        o{i} = c{i}.offset",
+            f"        n{i} = 1",
+            f"        s{i} = True",
+            f"    elif t is TrajectoryColumn and c{i}._run:",
+            f"        r = c{i}._refs",
+            f"        n{i} = len(r)",
+            f"        if not n{i}:",
+            f"            return None",
+            f"        f = r[0]",
+            f"        last = r[-1]",
+            f"        p{i} = f.chunk",
+            f"        o{i} = f.offset",
+            f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
+            f"            return None",
+            f"        s{i} = c{i}._squeeze",
+            f"    else:",
+            f"        return None",
+        ]
+    flags = ", ".join(f"s{i}" for i in range(ncols))
+    packed = ", ".join(f"p{i}, o{i}, n{i}" for i in range(ncols))
+    lines += [
+        f"    sq = _SQ.get(({flags},)) or intern_squeeze(({flags},))",
+        f"    return ({packed},), sq",
+    ]
+    scope: dict[str, Any] = {
+        "CellRef": CellRef,
+        "TrajectoryColumn": TrajectoryColumn,
+        "_SQ": _SQ_CACHE,
+        "intern_squeeze": items_lib.intern_squeeze,
+    }
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, f"<ostinato.writers.packing packer of {ncols} columns>", "exec"), scope)
+    fn = _PACKERS[ncols] = scope["pack"]
+    return fn
+
+
 def pack_trajectory(
     trajectory: Any, key_cache: dict[Any, Any]
 ) -> tuple[Sequence[TrajectoryColumn], items_lib.Packed, tuple[bool, ...]]:
@@ -134,52 +192,33 @@ def pack_trajectory(
     trajectory and squeeze flags (:func:`pack_columns`).
 
     A flat dict whose columns are each one step or consecutive steps of one chunk -- nearly
-    every item -- is taken apart and packed in one loop; anything else goes through the two
-    functions, which check everything and name what is wrong. ``key_cache`` maps a dict's keys
-    to their sorted order (:func:`trajectory_columns`) and, by number of keys, the
-    :func:`tuple_getter` of the sorted keys last seen, which takes a dict's columns out in
-    order without looking at its keys.
+    every item -- is taken apart and packed by the :func:`_packer` of its number of columns;
+    anything else goes through the two functions, which check everything and name what is
+    wrong. ``key_cache`` maps a dict's keys to their sorted order
+    (:func:`trajectory_columns`) and, by number of keys, the :func:`tuple_getter` of the
+    sorted keys last seen, with that packer: the getter takes a dict's columns out in order
+    without looking at its keys.
     """
     if type(trajectory) is dict:
-        getter = key_cache.get(len(trajectory))
+        fast = key_cache.get(len(trajectory))
         cols: Any = None
-        if getter is not None:
+        if fast is not None:
             try:
-                cols = getter(trajectory)
+                cols = fast[0](trajectory)
             except KeyError:
                 pass
+            else:
+                done = fast[1](cols)
+                if done is not None:
+                    return cols, done[0], done[1]
         if cols is None:
             order = key_cache.get(tuple(trajectory))
             if order is not None:
-                key_cache[len(order)] = tuple_getter(order)
+                key_cache[len(order)] = (tuple_getter(order), _packer(len(order)))
                 cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
-        if cols is not None:
-            packed: list[Any] = []
-            squeeze = []
-            for c in cols:
-                if type(c) is not TrajectoryColumn:
-                    break
-                refs = c._refs
-                squeeze.append(c._squeeze)
-                if len(refs) == 1:
-                    r = refs[0]
-                    if r.expired:
-                        break
-                    packed += (r.chunk, r.offset, 1)
-                elif c._run and refs:
-                    first, last = refs[0], refs[-1]
-                    if (
-                        last.chunk is not first.chunk
-                        or last.offset - first.offset != len(refs) - 1
-                        or first.expired
-                    ):
-                        break
-                    packed += (first.chunk, first.offset, len(refs))
-                else:
-                    break
-            else:
-                sq = _SQ_CACHE.get(tuple(squeeze)) or items_lib.intern_squeeze(squeeze)
-                return cols, tuple(packed), sq
+                done = _packer(len(order))(cols)
+                if done is not None:
+                    return cols, done[0], done[1]
     cols = trajectory_columns(trajectory, key_cache)
     packed_, sq = pack_columns(cols)
     return cols, packed_, sq
