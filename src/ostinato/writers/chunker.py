@@ -121,6 +121,11 @@ class CellRef(TrajectoryColumn):
     """
 
     __slots__ = ("chunk", "offset", "chunker", "step", "expired")
+    chunk: Chunk
+    offset: int
+    chunker: ColumnChunker
+    step: int
+    expired: bool
 
     # As a column: the one step, squeezed. (Class attributes, read through the subclass, in
     # place of TrajectoryColumn's slots, which a CellRef leaves unset: no reference cycle.)
@@ -145,7 +150,7 @@ class CellRef(TrajectoryColumn):
 
     @property
     def dtype(self) -> np.dtype:
-        return self.chunker.dtype
+        return self.chunker.dtype  # type: ignore[return-value]  # set by the first value
 
     def __len__(self) -> int:
         return 1

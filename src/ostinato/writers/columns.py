@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ostinato.writers.chunker import CellRef
 from ostinato.writers.trajectory_column import TrajectoryColumn
-
 
 _new_column = object.__new__
 

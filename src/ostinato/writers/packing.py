@@ -16,8 +16,8 @@ from typing import Any
 from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.chunker import CellRef
-from ostinato.writers.trajectory_column import TrajectoryColumn
 from ostinato.writers.item_validation import trajectory_columns
+from ostinato.writers.trajectory_column import TrajectoryColumn
 
 _SQ_CACHE = items_lib.SQUEEZE_CACHE
 
@@ -141,13 +141,13 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
     fn = _PACKERS.get(ncols)
     if fn is not None:
         return fn
-    lines = [f"def pack(cols):", f"    {', '.join(f'c{i}' for i in range(ncols))}, = cols"]
+    lines = ["def pack(cols):", f"    {', '.join(f'c{i}' for i in range(ncols))}, = cols"]
     for i in range(ncols):
         lines += [
             f"    t = type(c{i})",
-            f"    if t is CellRef:",
+            "    if t is CellRef:",
             f"        if c{i}.expired:",
-            f"            return None",
+            "            return None",
             f"        p{i} = c{i}.chunk",
             f"        o{i} = c{i}.offset",
             f"        n{i} = 1",
@@ -156,16 +156,16 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
             f"        r = c{i}._refs",
             f"        n{i} = len(r)",
             f"        if not n{i}:",
-            f"            return None",
-            f"        f = r[0]",
-            f"        last = r[-1]",
+            "            return None",
+            "        f = r[0]",
+            "        last = r[-1]",
             f"        p{i} = f.chunk",
             f"        o{i} = f.offset",
             f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
-            f"            return None",
+            "            return None",
             f"        s{i} = c{i}._squeeze",
-            f"    else:",
-            f"        return None",
+            "    else:",
+            "        return None",
         ]
     flags = ", ".join(f"s{i}" for i in range(ncols))
     packed = ", ".join(f"p{i}, o{i}, n{i}" for i in range(ncols))

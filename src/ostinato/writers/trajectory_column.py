@@ -27,6 +27,10 @@ class TrajectoryColumn:
     """
 
     __slots__ = ("_refs", "_squeeze", "_path", "_run")
+    _refs: tuple[CellRef, ...]
+    _squeeze: bool
+    _path: tuple[Any, ...] | None
+    _run: bool
 
     def __init__(
         self,
@@ -45,7 +49,7 @@ class TrajectoryColumn:
                 "TrajectoryColumns cannot contain any None data references: TrajectoryColumn at "
                 f"path {path} got {list(refs)}."
             )
-        self._refs = refs
+        self._refs = refs  # type: ignore[assignment]  # no None (checked above)
         self._squeeze = squeeze
         self._path = path
         #: The refs are consecutive steps of one history column (a step-1 slice of it), which
@@ -85,7 +89,7 @@ class TrajectoryColumn:
 
     @property
     def dtype(self) -> np.dtype:
-        return self._refs[0].chunker.dtype
+        return self._refs[0].chunker.dtype  # type: ignore[return-value]  # set by a value
 
     def numpy(self) -> np.ndarray:
         """The column's data as a new array (stacked over steps unless squeezed)."""
