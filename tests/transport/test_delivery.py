@@ -90,6 +90,21 @@ def test_pending_counts_held_items_and_flush_stores_them(server):
     w.close()
 
 
+def test_a_steady_writer_s_items_go_in_while_it_writes(server):
+    # The writer reads the clock once in CLOCK_EVERY calls: a batch older than HOLD_SECONDS
+    # goes in at one of the next CLOCK_EVERY items, not only at HOLD_ITEMS or a flush.
+    client = server.localhost_client()
+    w = client.trajectory_writer(1)
+    n = 5 * streams.CLOCK_EVERY
+    for i in range(n):
+        _put(w, "a", i)
+        time.sleep(0.001)
+    assert _size(client, "a") >= n - 3 * streams.CLOCK_EVERY
+    w.flush()
+    assert _queue_values(client, "a", n) == list(range(n))
+    w.close()
+
+
 def test_a_bad_priority_is_refused_at_create_item_and_nothing_else_is_lost(server):
     client = server.localhost_client()
     w = client.trajectory_writer(1, validate_items=False)

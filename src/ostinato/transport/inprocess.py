@@ -73,6 +73,11 @@ class InProcessTransport(Transport):
         :class:`Delivery` checks priorities first (:meth:`checker`), so this does not."""
         return functools.partial(self._table(table).try_insert_many, checked=True)
 
+    def checks_only_nan(self, table: str) -> bool:
+        """Whether :meth:`checker`'s check of ``table`` refuses NaN priorities only (a table
+        without a Prioritized selector takes any other number)."""
+        return not self._table(table).rejects_negative_priorities
+
     def checker(self, table: str) -> Callable[[Sequence[tuple[Any, ...]]], None]:
         """``check(items)`` for one table: raises ``InvalidArgumentError`` for a priority the
         table cannot take (``Table.check_item_priorities``), storing nothing."""

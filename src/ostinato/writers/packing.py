@@ -141,7 +141,17 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
     fn = _PACKERS.get(ncols)
     if fn is not None:
         return fn
-    lines = ["def pack(cols):", f"    {', '.join(f'c{i}' for i in range(ncols))}, = cols"]
+    names = ", ".join(f"c{i}" for i in range(ncols))
+    every_ref = " and ".join(f"type(c{i}) is CellRef" for i in range(ncols))
+    none_expired = " or ".join(f"c{i}.expired" for i in range(ncols))
+    refs_packed = ", ".join(f"c{i}.chunk, c{i}.offset, 1" for i in range(ncols))
+    lines = [
+        "def pack(cols):",
+        f"    {names}, = cols",
+        # Every column one step, squeezed (``history[path][-1]``): one expression.
+        f"    if {every_ref} and not ({none_expired}):",
+        f"        return ({refs_packed},), SQUEEZED",
+    ]
     for i in range(ncols):
         lines += [
             f"    t = type(c{i})",
@@ -178,6 +188,7 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
         "TrajectoryColumn": TrajectoryColumn,
         "_SQ": _SQ_CACHE,
         "intern_squeeze": items_lib.intern_squeeze,
+        "SQUEEZED": items_lib.intern_squeeze((True,) * ncols),
     }
     src = "\n".join(lines) + "\n"
     exec(compile(src, f"<ostinato.writers.packing packer of {ncols} columns>", "exec"), scope)

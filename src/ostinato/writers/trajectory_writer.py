@@ -114,6 +114,10 @@ class TrajectoryWriter(StreamWriter):
         self._stream = transport.writer_stream(
             self._keep_keys, None if max_pending_items is None else int(max_pending_items)
         )
+        #: The stream's ``insert`` takes ``nan_checked`` (an in-process ``Delivery``): items
+        #: whose priority ``create_item`` found not NaN are not checked again for a table that
+        #: checks nothing else.
+        self._nan_checked_stream = bool(getattr(self._stream, "takes_nan_checked", False))
 
     # -- structure ---------------------------------------------------------------------------------
     @property
@@ -334,7 +338,12 @@ class TrajectoryWriter(StreamWriter):
             self._validator.validate(table, priority, cols, sq, legacy=whole_steps)
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
         try:
-            self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
+            if self._nan_checked_stream and priority == priority:
+                self._stream.insert(
+                    table, ((new_key(), priority, packed, sq),), deadline, None, True
+                )
+            else:
+                self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
         except errors.DeadlineExceededError as e:
             raise errors.DeadlineExceededError(
                 f"create_item waited for the server to accept pending items: {e}"
