@@ -128,29 +128,35 @@ def tuple_getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
     return itemgetter(*keys)
 
 
-_PACKERS: dict[int, Callable[[Sequence[Any]], Any]] = {}
+_PACKERS: dict[tuple[Any, ...], Callable[[dict[Any, Any]], Any]] = {}
+_PACKERS_MAX = 1024  # distinct key sets kept
 
 
-def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
-    """``pack(cols)`` for ``ncols`` columns: ``(packed, squeeze flags)`` when every column is
-    one step (a :class:`CellRef`) or consecutive steps of one chunk (a run of a history
-    column), else None (then :func:`pack_columns` finds the slices or names what is wrong).
+def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
+    """``pack(d)`` for a dict trajectory of the columns ``keys`` (sorted: the columns'
+    order): ``(columns, packed, squeeze flags)`` when every column is one step (a
+    :class:`CellRef`) or consecutive steps of one chunk (a run of a history column), else
+    None (then :func:`pack_columns` finds the slices or names what is wrong). Raises
+    ``KeyError`` when ``d`` lacks one of ``keys``: a dict of ``len(keys)`` keys in which it
+    finds them all has no other key.
 
-    Generated with the columns unrolled, as ``collections.namedtuple`` generates its classes:
-    no loop, no list, no ``+=`` of a triple per column. ``create_item`` runs it per item."""
-    fn = _PACKERS.get(ncols)
+    Generated with the keys and columns unrolled, as ``collections.namedtuple`` generates its
+    classes: no loop, no list, no ``+=`` of a triple per column. ``create_item`` runs it per
+    item."""
+    fn = _PACKERS.get(keys)
     if fn is not None:
         return fn
+    ncols = len(keys)
     names = ", ".join(f"c{i}" for i in range(ncols))
     every_ref = " and ".join(f"type(c{i}) is CellRef" for i in range(ncols))
     none_expired = " or ".join(f"c{i}.expired" for i in range(ncols))
     refs_packed = ", ".join(f"c{i}.chunk, c{i}.offset, 1" for i in range(ncols))
-    lines = [
-        "def pack(cols):",
-        f"    {names}, = cols",
+    lines = ["def pack(d):"]
+    lines += [f"    c{i} = d[K{i}]" for i in range(ncols)]
+    lines += [
         # Every column one step, squeezed (``history[path][-1]``): one expression.
         f"    if {every_ref} and not ({none_expired}):",
-        f"        return ({refs_packed},), SQUEEZED",
+        f"        return ({names},), ({refs_packed},), SQUEEZED",
     ]
     for i in range(ncols):
         lines += [
@@ -181,7 +187,7 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
     packed = ", ".join(f"p{i}, o{i}, n{i}" for i in range(ncols))
     lines += [
         f"    sq = _SQ.get(({flags},)) or intern_squeeze(({flags},))",
-        f"    return ({packed},), sq",
+        f"    return ({names},), ({packed},), sq",
     ]
     scope: dict[str, Any] = {
         "CellRef": CellRef,
@@ -189,10 +195,13 @@ def _packer(ncols: int) -> Callable[[Sequence[Any]], Any]:
         "_SQ": _SQ_CACHE,
         "intern_squeeze": items_lib.intern_squeeze,
         "SQUEEZED": items_lib.intern_squeeze((True,) * ncols),
+        **{f"K{i}": k for i, k in enumerate(keys)},
     }
     src = "\n".join(lines) + "\n"
     exec(compile(src, f"<ostinato.writers.packing packer of {ncols} columns>", "exec"), scope)
-    fn = _PACKERS[ncols] = scope["pack"]
+    fn = scope["pack"]
+    if len(_PACKERS) < _PACKERS_MAX:
+        _PACKERS[keys] = fn
     return fn
 
 
@@ -203,33 +212,27 @@ def pack_trajectory(
     trajectory and squeeze flags (:func:`pack_columns`).
 
     A flat dict whose columns are each one step or consecutive steps of one chunk -- nearly
-    every item -- is taken apart and packed by the :func:`_packer` of its number of columns;
-    anything else goes through the two functions, which check everything and name what is
-    wrong. ``key_cache`` maps a dict's keys to their sorted order
-    (:func:`trajectory_columns`) and, by number of keys, the :func:`tuple_getter` of the
-    sorted keys last seen, with that packer: the getter takes a dict's columns out in order
-    without looking at its keys.
+    every item -- is taken apart and packed by the :func:`_packer` of its keys; anything else
+    goes through the two functions, which check everything and name what is wrong.
+    ``key_cache`` maps a dict's keys to their sorted order (:func:`trajectory_columns`) and,
+    by number of keys, the packer of the sorted keys last seen, which takes a dict's columns
+    out in order without looking at its keys.
     """
     if type(trajectory) is dict:
-        fast = key_cache.get(len(trajectory))
-        cols: Any = None
-        if fast is not None:
+        pack = key_cache.get(len(trajectory))
+        done = None
+        if pack is not None:
             try:
-                cols = fast[0](trajectory)
+                done = pack(trajectory)
             except KeyError:
-                pass
-            else:
-                done = fast[1](cols)
-                if done is not None:
-                    return cols, done[0], done[1]
-        if cols is None:
+                pack = None
+        if pack is None:
             order = key_cache.get(tuple(trajectory))
             if order is not None:
-                key_cache[len(order)] = (tuple_getter(order), _packer(len(order)))
-                cols = list(map(trajectory.__getitem__, order))  # no cell for `trajectory`
-                done = _packer(len(order))(cols)
-                if done is not None:
-                    return cols, done[0], done[1]
+                pack = key_cache[len(order)] = _packer(tuple(order))
+                done = pack(trajectory)
+        if done is not None:
+            return done  # type: ignore[no-any-return]
     cols = trajectory_columns(trajectory, key_cache)
     packed_, sq = pack_columns(cols)
     return cols, packed_, sq

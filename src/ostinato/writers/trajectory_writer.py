@@ -20,7 +20,7 @@ from ostinato.validate import positive_int
 from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator
-from ostinato.writers.packing import pack_trajectory, tuple_getter
+from ostinato.writers.packing import pack_trajectory
 from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
@@ -100,10 +100,9 @@ class TrajectoryWriter(StreamWriter):
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
         #: Whole steps as flat dicts that name every column: ``(number of keys,
-        #: writers.packing.tuple_getter of the keys, each column's chunker.append)``; None
-        #: until such a step is seen, and again when a column is added. The getter takes a
-        #: step's values out in column order, whatever the dict's own order.
-        self._whole: tuple[int, Any, list[Any]] | None = None
+        #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
+        #: a column is added.
+        self._whole: tuple[int, Any] | None = None
         self._traj_key_cache: dict[Any, Any] = {}  # see writers.packing.pack_trajectory
         self._episode_id = new_key()
         self._episode_steps = 0
@@ -194,21 +193,10 @@ class TrajectoryWriter(StreamWriter):
         ):
             # Fastest path: a whole step, a flat dict of the keys seen before that names every
             # column, all its values arrays or scalars.
-            try:
-                values = whole[1](data)
-            except KeyError:
-                values = ()
-            for v in values:
-                if type(v) not in _LEAF_TYPES:
-                    break
-            else:
-                if values:
-                    step = self._episode_steps
-                    episode = self._episode_id
-                    for value, store in zip(values, whole[2]):
-                        store(value, episode, step)
-                    self._episode_steps = step + 1
-                    return
+            step = self._episode_steps
+            if whole[1](data, self._episode_id, step):
+                self._episode_steps = step + 1
+                return
         cols = None
         if type(data) is dict:
             # Fast path: a flat dict whose values are all arrays or scalars.
@@ -291,7 +279,7 @@ class TrajectoryWriter(StreamWriter):
             keys = sorted(data)  # the columns' order (cols[order[k]] above)
             by_key = dict(zip(data, cols))
             stores = [by_key[k].chunker.append for k in keys]
-            self._whole = (len(keys), tuple_getter(keys), stores)
+            self._whole = (len(keys), _whole_step_writer(keys, stores))
         return cols
 
     # -- items -------------------------------------------------------------------------------------
@@ -318,6 +306,15 @@ class TrajectoryWriter(StreamWriter):
         if priority != priority:
             raise ValueError("`priority` must not be nan.")
         cols, packed, sq = pack_trajectory(trajectory, self._traj_key_cache)
+        if (
+            timeout_ms is None
+            and self._nan_checked_stream
+            and not (self._validate and (table not in self._trivially_valid or priority < 0))
+        ):
+            # The usual embedded item (what _create_packed does, without its call): nothing to
+            # validate, and no deadline that an in-process stream could raise for.
+            self._stream.insert(table, ((new_key(), priority, packed, sq),), _NEVER, None, True)
+            return
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
     def _create_packed(
@@ -427,6 +424,40 @@ class TrajectoryWriter(StreamWriter):
             f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
             f"pending={self._stream.pending()}, closed={self._closed})"
         )
+
+
+def _whole_step_writer(keys: Sequence[Any], stores: Sequence[Any]) -> Any:
+    """``put(step, episode, step_index) -> bool``: appends a flat dict step that names every
+    column (its keys ``keys``, sorted: the columns' order) with each column's chunker
+    ``append`` of ``stores``, and returns True; returns False, having appended nothing, when
+    the dict lacks one of the keys (a dict of ``len(keys)`` keys in which all are found has no
+    other) or a value is not an array or scalar (the slow path learns or converts it).
+
+    Generated with the columns unrolled (as ``collections.namedtuple`` generates its classes):
+    no tuple of the values, no loop over them. ``append`` runs it per step."""
+    n = len(keys)
+    values = ", ".join(f"v{i}" for i in range(n))
+    lookups = ", ".join(f"d[K{i}]" for i in range(n))
+    not_leaf = " or ".join(f"type(v{i}) not in LEAF" for i in range(n))
+    lines = [
+        "def put(d, episode, step):",
+        "    try:",
+        f"        {values}, = {lookups},",
+        "    except KeyError:",
+        "        return False",
+        f"    if {not_leaf}:",
+        "        return False",
+        *[f"    S{i}(v{i}, episode, step)" for i in range(n)],
+        "    return True",
+    ]
+    scope: dict[str, Any] = {
+        "LEAF": _LEAF_TYPES,
+        **{f"K{i}": k for i, k in enumerate(keys)},
+        **{f"S{i}": st for i, st in enumerate(stores)},
+    }
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, f"<ostinato.writers.trajectory_writer step of {n} columns>", "exec"), scope)
+    return scope["put"]
 
 
 def _union(a: Any, b: Any) -> Any:
