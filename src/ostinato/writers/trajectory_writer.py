@@ -14,6 +14,7 @@ import optree
 
 from ostinato import errors
 from ostinato.core import items as items_lib
+from ostinato.core import keys as keys_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.validate import positive_int
@@ -313,7 +314,10 @@ class TrajectoryWriter(StreamWriter):
         ):
             # The usual embedded item (what _create_packed does, without its call): nothing to
             # validate, and no deadline that an in-process stream could raise for.
-            self._stream.insert(table, ((new_key(), priority, packed, sq),), _NEVER, None, True)
+            # next(keys._keys) is new_key() without its call (read each time: a forked child
+            # draws from a counter of its own).
+            item = ((next(keys_lib._keys), priority, packed, sq),)
+            self._stream.insert(table, item, _NEVER, None, True)
             return
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
 
