@@ -1,0 +1,142 @@
+"""The TrajectoryWriter's fast paths (a step's ref as its squeezed column, the generated
+whole-step append and dict packer) give what the general paths give, and step aside for
+everything they do not handle."""
+
+import numpy as np
+import pytest
+
+import ostinato as reverb
+from ostinato.writers.chunker import CellRef
+
+
+@pytest.fixture()
+def client(make_server):
+    server = make_server(
+        reverb.Table.queue("queue", 1000),
+        reverb.Table(
+            "prio",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            1000,
+            reverb.rate_limiters.MinSize(1),
+        ),
+    )
+    return server.localhost_client()
+
+
+def _drain(client, table, n):
+    return [s.data for s in client.sample(table, n, emit_timesteps=False)]
+
+
+def test_a_step_s_ref_is_its_squeezed_column(client):
+    w = client.trajectory_writer(2)
+    w.append({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.int64(4)})
+    col = w.history["a"][-1]
+    assert isinstance(col, CellRef) and isinstance(col, reverb.TrajectoryColumn)
+    assert col is w.history["a"][0] is w.history["a"][-1]  # made once, by append
+    assert col.is_squeezed and len(col) == 1 and list(col) == [col]
+    assert col.shape == (2, 3) and col.dtype == np.float32
+    np.testing.assert_array_equal(col.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert col[0] is col and col[-1] is col
+    # The ref as a reference: into a column of its own, squeezed or not.
+    assert reverb.TrajectoryColumn([col], squeeze=True).shape == (2, 3)
+    assert reverb.TrajectoryColumn([col, col]).shape == (2, 2, 3)
+    w.close()
+
+
+def test_an_expired_step_says_so_as_ref_and_as_column(client):
+    w = client.trajectory_writer(1)
+    w.append({"a": np.int64(1)})
+    col = w.history["a"][-1]
+    w.append({"a": np.int64(2)})
+    assert col.expired
+    with pytest.raises(RuntimeError) as e:
+        col.numpy()
+    assert "Cannot convert TrajectoryColumn with expired data references" in str(e.value)
+    assert "Cannot access data from expired WeakCellRef" in str(e.value)
+    with pytest.raises(ValueError, match="expired"):
+        w.create_item("queue", 1.0, {"a": col})
+    w.close()
+
+
+def test_dicts_of_as_many_keys_but_other_keys_are_packed_right(client):
+    # The packer of the keys last seen is tried first: a dict of as many other keys must
+    # not be taken for it.
+    w = client.trajectory_writer(3)
+    for i in range(6):
+        w.append({"a": np.int64(i), "b": np.int64(10 + i), "c": np.int64(20 + i)})
+        if i % 2:
+            traj = {"a": w.history["a"][-1], "b": w.history["b"][-2:]}
+        else:
+            traj = {"b": w.history["b"][-1], "c": w.history["c"][-1]}
+        w.create_item("queue", 1.0, traj)
+    w.flush()
+    got = _drain(client, "queue", 6)
+    for i, data in enumerate(got):
+        if i % 2:
+            assert int(data[0]) == i and data[1].tolist() == [9 + i, 10 + i]
+        else:
+            assert int(data[0]) == 10 + i and int(data[1]) == 20 + i
+    w.close()
+
+
+def test_mixed_and_picked_columns_take_the_general_path(client):
+    w = client.trajectory_writer(4, max_chunk_length=2)
+    for i in range(4):
+        w.append({"a": np.int64(i), "b": np.int64(10 + i)})
+    # b's last three steps span two chunks; a's picks are not a run.
+    w.create_item("queue", 1.0, {"a": w.history["a"][[0, 2]], "b": w.history["b"][-3:]})
+    w.create_item("queue", 1.0, {"a": w.history["a"][-1], "b": w.history["b"][-2:]})
+    w.flush()
+    first, second = _drain(client, "queue", 2)
+    assert first[0].tolist() == [0, 2] and first[1].tolist() == [11, 12, 13]
+    assert int(second[0]) == 3 and second[1].tolist() == [12, 13]
+    w.close()
+
+
+def test_prioritized_tables_still_refuse_negative_priorities(client):
+    w = client.trajectory_writer(1, validate_items=False)
+    w.append({"a": np.int64(1)})
+    with pytest.raises(reverb.errors.InvalidArgumentError, match="(?i)priority"):
+        w.create_item("prio", -1.0, {"a": w.history["a"][-1]})
+    with pytest.raises(ValueError, match="nan"):
+        w.create_item("queue", float("nan"), {"a": w.history["a"][-1]})
+    w.create_item("prio", 0.5, {"a": w.history["a"][-1]})
+    w.flush()
+    assert client.server_info()["prio"].current_size == 1
+    w.close()
+
+
+def test_whole_step_append_steps_aside_for_new_keys_and_other_values(client):
+    w = client.trajectory_writer(2)
+    w.append({"a": np.int64(0), "b": np.float32(0.5)})
+    w.append({"a": np.int64(1), "b": np.float32(1.5)})  # the whole-step path
+    w.append({"a": np.int64(2), "c": np.int32(7)})  # as many keys, one new: learnt
+    with pytest.raises(ValueError, match="None"):
+        _ = w.history["b"][-1]  # not written at that step
+    assert int(w.history["c"][-1].numpy()) == 7
+    # A value that is not an array or scalar (a string) takes the general path.
+    w.append({"a": np.int64(3), "b": np.float32(2.5), "c": np.int32(8)})
+    w.append({"a": np.int64(4), "b": np.float32(3.5), "c": np.int32(9)})  # whole again
+    w.create_item("queue", 1.0, {"a": w.history["a"][-2:], "b": w.history["b"][-1]})
+    w.flush()
+    (data,) = _drain(client, "queue", 1)
+    assert data[0].tolist() == [3, 4] and float(data[1]) == 3.5
+    w2 = client.trajectory_writer(1)
+    w2.append({"s": b"x", "n": np.int64(0)})
+    w2.append({"s": "yz", "n": np.int64(1)})  # str: converted to bytes by the general path
+    assert w2.history["s"][-1].numpy() == b"yz"
+    w.close()
+    w2.close()
+
+
+def test_whole_step_append_converts_python_scalars_and_checks_specs(client):
+    w = client.trajectory_writer(2)
+    w.append({"a": np.int64(0), "b": np.zeros(2, np.float32)})
+    w.append({"a": 1, "b": np.ones(2, np.float32)})  # a Python int: an int64 value
+    assert int(w.history["a"][-1].numpy()) == 1
+    with pytest.raises(ValueError, match="dtype"):
+        w.append({"a": np.int64(2), "b": np.ones(2, np.float64)})
+    with pytest.raises(ValueError, match="shape"):
+        w.append({"a": np.int64(2), "b": np.ones(3, np.float32)})
+    w.close()
