@@ -27,26 +27,29 @@ def _counter() -> Iterator[int]:
     return itertools.count(random.SystemRandom().randrange(2**64 - 1 - _ROOM))
 
 
-_keys = _counter()
+#: The process's key counter (an iterator of keys): ``next(keys.counter)`` is :func:`new_key`
+#: without its call, for a writer's hot path. Rebound in a forked child, so read it from the
+#: module each time, never keep it.
+counter = _counter()
 
 
 def new_key() -> int:
     """A new 64-bit key in ``[0, 2**64 - 1)``, distinct from every other key this process drew."""
-    return next(_keys)
+    return next(counter)
 
 
 def new_keys(n: int) -> list[int]:
     """``n`` new keys (as :func:`new_key`), drawn at once."""
     if n <= 0:
         return []
-    return list(itertools.islice(_keys, n))
+    return list(itertools.islice(counter, n))
 
 
 def _after_fork_in_child() -> None:
     """A forked process draws keys of its own. Without this, actors forked from one parent
     drew the same item and chunk keys as each other (the key state was copied)."""
-    global _keys
-    _keys = _counter()
+    global counter
+    counter = _counter()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

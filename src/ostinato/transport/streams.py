@@ -166,13 +166,13 @@ class Delivery:
         if self._error is not None:
             with self._cv:
                 self._raise_error()
-        check = self._checkers.get(table)
-        if check is None:
-            check = self._checkers[table] = self._sink.checker(table)
-            self._inserters[table] = self._sink.inserter(table)
-            if self._sink.checks_only_nan(table):
-                self._nan_only.add(table)
-        if not (nan_checked and table in self._nan_only):
+        if not (nan_checked and table in self._nan_only):  # (only tables set up below)
+            check = self._checkers.get(table)
+            if check is None:
+                check = self._checkers[table] = self._sink.checker(table)
+                self._inserters[table] = self._sink.inserter(table)
+                if self._sink.checks_only_nan(table):
+                    self._nan_only.add(table)
             check(items)  # a bad priority is refused now, before anything of this call is held
         lock = self._held_lock
         lock.acquire()  # not `with`: half the cost, paid on every item of a writer

@@ -120,11 +120,10 @@ class CellRef(TrajectoryColumn):
     same shape, is a tuple here too).
     """
 
-    __slots__ = ("chunk", "offset", "chunker", "step", "expired")
+    __slots__ = ("chunk", "offset", "chunker", "expired")
     chunk: Chunk
     offset: int
     chunker: ColumnChunker
-    step: int
     expired: bool
 
     # As a column: the one step, squeezed. (Class attributes, read through the subclass, in
@@ -165,10 +164,7 @@ class CellRef(TrajectoryColumn):
         return np.array(self.chunk.data[self.offset])
 
     def __repr__(self) -> str:
-        return (
-            f"CellRef(chunk={self.chunk.key}, offset={self.offset}, step={self.step}, "
-            f"expired={self.expired})"
-        )
+        return f"CellRef(chunk={self.chunk.key}, offset={self.offset}, expired={self.expired})"
 
 
 #: ``ColumnChunker._n`` when no chunk is being filled: more rows than any chunk has.
@@ -299,7 +295,7 @@ class ColumnChunker:
             row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape, dtype=np.int64)))
             self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
 
-    def append(self, value: Any, episode_id: int, step: int) -> CellRef:
+    def append(self, value: Any, episode_id: int) -> CellRef:
         """Stores one value and appends the ref to it to :attr:`history`; returns the ref.
         Validates dtype and shape."""
         # Fast path: a value stored as it is, with room in the chunk being filled (a chunk is
@@ -322,7 +318,6 @@ class ColumnChunker:
         ref.chunk = self._chunk
         ref.offset = n
         ref.chunker = self
-        ref.step = step
         ref.expired = False
         live = self._live
         if len(live) >= self.num_keep_alive_refs:

@@ -194,9 +194,8 @@ class TrajectoryWriter(StreamWriter):
         ):
             # Fastest path: a whole step, a flat dict of the keys seen before that names every
             # column, all its values arrays or scalars.
-            step = self._episode_steps
-            if whole[1](data, self._episode_id, step):
-                self._episode_steps = step + 1
+            if whole[1](data, self._episode_id):
+                self._episode_steps += 1
                 return
         cols = None
         if type(data) is dict:
@@ -237,7 +236,7 @@ class TrajectoryWriter(StreamWriter):
                 if value is not None:
                     col.history.drop_reserved()  # the chunker appends the value in its place
                     try:
-                        col.chunker.append(value, episode, step)
+                        col.chunker.append(value, episode)
                     except BaseException:
                         col.history.append(None)
                         raise
@@ -248,7 +247,7 @@ class TrajectoryWriter(StreamWriter):
                 if value is None:
                     col.history.append(None)
                 else:
-                    col.chunker.append(value, episode, step)  # appends to col.history too
+                    col.chunker.append(value, episode)  # appends to col.history too
             if len(cols) != len(self._columns):
                 seen = {id(c) for c in cols}
                 for col in self._columns:
@@ -314,9 +313,9 @@ class TrajectoryWriter(StreamWriter):
         ):
             # The usual embedded item (what _create_packed does, without its call): nothing to
             # validate, and no deadline that an in-process stream could raise for.
-            # next(keys._keys) is new_key() without its call (read each time: a forked child
+            # next(keys.counter) is new_key() without its call (read each time: a forked child
             # draws from a counter of its own).
-            item = ((next(keys_lib._keys), priority, packed, sq),)
+            item = ((next(keys_lib.counter), priority, packed, sq),)
             self._stream.insert(table, item, _NEVER, None, True)
             return
         self._create_packed(table, priority, cols, packed, sq, timeout_ms)
@@ -431,7 +430,7 @@ class TrajectoryWriter(StreamWriter):
 
 
 def _whole_step_writer(keys: Sequence[Any], stores: Sequence[Any]) -> Any:
-    """``put(step, episode, step_index) -> bool``: appends a flat dict step that names every
+    """``put(step, episode) -> bool``: appends a flat dict step that names every
     column (its keys ``keys``, sorted: the columns' order) with each column's chunker
     ``append`` of ``stores``, and returns True; returns False, having appended nothing, when
     the dict lacks one of the keys (a dict of ``len(keys)`` keys in which all are found has no
@@ -444,14 +443,14 @@ def _whole_step_writer(keys: Sequence[Any], stores: Sequence[Any]) -> Any:
     lookups = ", ".join(f"d[K{i}]" for i in range(n))
     not_leaf = " or ".join(f"type(v{i}) not in LEAF" for i in range(n))
     lines = [
-        "def put(d, episode, step):",
+        "def put(d, episode):",
         "    try:",
         f"        {values}, = {lookups},",
         "    except KeyError:",
         "        return False",
         f"    if {not_leaf}:",
         "        return False",
-        *[f"    S{i}(v{i}, episode, step)" for i in range(n)],
+        *[f"    S{i}(v{i}, episode)" for i in range(n)],
         "    return True",
     ]
     scope: dict[str, Any] = {
