@@ -140,3 +140,52 @@ def test_whole_step_append_converts_python_scalars_and_checks_specs(client):
     with pytest.raises(ValueError, match="shape"):
         w.append({"a": np.int64(2), "b": np.ones(3, np.float32)})
     w.close()
+
+
+def test_refs_expire_after_keep_values_whatever_the_history_holds(client):
+    # While a column's history buffer is exactly its keep-alive window the chunker keeps one
+    # deque; a step without the column, a longer history (another column configured to keep
+    # more) or end_episode must leave every ref expiring as before: after `keep` values.
+    w = client.trajectory_writer(2)
+    w.append({"a": np.int64(0), "b": np.int64(10)})
+    b0 = w.history["b"][-1]
+    w.append({"a": np.int64(1), "b": np.int64(11)})
+    b1 = w.history["b"][-1]
+    assert not b0.expired
+    w.append({"a": np.int64(2)})  # b not written: its window still holds b0 and b1
+    assert not b0.expired and not b1.expired
+    w.create_item("queue", 1.0, {"b": b0})  # not in the history any more, still live
+    w.append({"a": np.int64(3), "b": np.int64(13)})
+    assert b0.expired and not b1.expired
+    a3 = w.history["a"][-1]
+    w.configure(("b",), num_keep_alive_refs=4, max_chunk_length=None)  # histories grow to 4
+    w.append({"a": np.int64(4), "b": np.int64(14)})
+    assert not a3.expired
+    w.append({"a": np.int64(5), "b": np.int64(15)})
+    assert a3.expired  # a keeps 2 values, though its history now shows 4 steps
+    assert not b1.expired  # b keeps 4: b1, b13, b14, b15
+    w.append({"a": np.int64(6), "b": np.int64(16)})
+    assert b1.expired
+    last = w.history["a"][-1]
+    w.end_episode(clear_buffers=True)
+    assert last.expired
+    for i in range(3):
+        w.append({"a": np.int64(20 + i), "b": np.int64(30 + i)})
+        if i == 0:
+            first = w.history["a"][-1]
+    assert first.expired  # a window of 2 again after the episode
+    w.flush()
+    (data,) = _drain(client, "queue", 1)
+    assert int(data[0]) == 10
+    w.close()
+
+
+def test_a_partial_step_keeps_refs_live_as_before(client):
+    w = client.trajectory_writer(1)
+    w.append({"a": np.int64(0), "b": np.int64(0)})
+    a0 = w.history["a"][-1]
+    w.append({"b": np.int64(1)}, partial_step=True)  # a reserved (None) in the open step
+    assert not a0.expired
+    w.append({"a": np.int64(1)})  # completes the step
+    assert a0.expired and int(w.history["a"][-1].numpy()) == 1
+    w.close()

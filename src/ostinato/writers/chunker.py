@@ -214,6 +214,36 @@ class ColumnChunker:
         self._episode: int | None = None
         self._last_step = -1
         self._live: deque[CellRef] = deque()
+        #: The keep-alive window is the history's buffer itself (see :meth:`_share_window`):
+        #: ``_live`` is then unused.
+        self._shared = False
+        self._share_window()
+
+    def _share_window(self) -> None:
+        """Uses the history's buffer as the keep-alive window when the two are the same: the
+        buffer holds as many steps as refs stay live, has no step without a value (None),
+        and the chunker holds no live ref of its own. A ref then expires as it leaves the
+        buffer, and ``append`` keeps one deque instead of two. The history calls
+        :meth:`_stop_sharing` before it stops being that window."""
+        hist = self.history
+        if (
+            hist is not None
+            and not self._shared
+            and not self._live
+            and not hist._buf
+            and hist._size == self.num_keep_alive_refs
+        ):
+            self._shared = True
+            hist._unshare = self._stop_sharing
+
+    def _stop_sharing(self) -> None:
+        """Takes the keep-alive window back from the history: the refs in its buffer (all live,
+        none None while shared)."""
+        hist = self.history
+        assert hist is not None
+        self._live = deque(hist._buf)  # type: ignore[arg-type]  # no None while shared
+        self._shared = False
+        hist._unshare = None
 
     def _spec_error(self, arr: np.ndarray) -> ValueError:
         if arr.dtype != self.dtype:
@@ -319,11 +349,18 @@ class ColumnChunker:
         ref.offset = n
         ref.chunker = self
         ref.expired = False
+        hist = self.history
+        if self._shared:  # the history's buffer is the keep-alive window
+            buf = hist._buf  # type: ignore[union-attr]
+            if len(buf) == hist._size:  # type: ignore[union-attr]
+                hist._offset += 1  # type: ignore[union-attr]
+                buf[0].expired = True  # type: ignore[union-attr]  # leaves the window
+            buf.append(ref)
+            return ref
         live = self._live
         if len(live) >= self.num_keep_alive_refs:
             live.popleft().expired = True
         live.append(ref)
-        hist = self.history
         if hist is not None:  # ColumnHistory.append(ref), inline
             buf = hist._buf
             if len(buf) == hist._size:
@@ -357,6 +394,8 @@ class ColumnChunker:
 
     def live_chunk_keys(self) -> set[int]:
         """Keys of the chunks holding the values whose refs are still live."""
+        if self._shared:
+            return {r.chunk.key for r in list(self.history._buf)}  # type: ignore[union-attr]
         return {r.chunk.key for r in list(self._live)}
 
     def release_spare_rows(self) -> None:
@@ -368,9 +407,13 @@ class ColumnChunker:
         """Closes the current chunk; with ``clear_buffers`` every live ref expires."""
         self._trim_current()
         if clear_buffers:
-            for r in self._live:
-                r.expired = True
+            hist = self.history
+            for r in hist._buf if self._shared else self._live:  # type: ignore[union-attr]
+                r.expired = True  # type: ignore[union-attr]  # no None while shared
             self._live.clear()
+            if hist is not None:
+                hist.reset()  # (the writer resets it too) so that the window can be shared
+                self._share_window()
 
     def configure(self, num_keep_alive_refs: int, max_chunk_length: int | None) -> None:
         self.num_keep_alive_refs = num_keep_alive_refs
@@ -380,5 +423,7 @@ class ColumnChunker:
             self._rows = max_chunk_length
         elif self.dtype is not None:
             self._first_value(np.empty(self.shape, self.dtype))
+        if self._shared:
+            self._stop_sharing()
         while len(self._live) > num_keep_alive_refs:
             self._live.popleft().expired = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ class ColumnHistory:
     Reverb, ``h[len(h)]`` raises ``IndexError`` and ``h[i:len(h)]`` is not empty).
     """
 
-    __slots__ = ("_path", "_buf", "_offset", "_size", "_holes")
+    __slots__ = ("_path", "_buf", "_offset", "_size", "_holes", "_unshare")
 
     def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
         self._path = path
@@ -37,13 +37,19 @@ class ColumnHistory:
         #: False while no step of the buffer is None (since the last reset): slices need not
         #: look for one.
         self._holes = bool(self._buf)
+        #: Set while the column's chunker uses this buffer as its keep-alive window
+        #: (``ColumnChunker`` "shared window"): called before the buffer stops being exactly
+        #: that window (its first None, a new size), so that the chunker keeps its own again.
+        self._unshare: Callable[[], None] | None = None
 
     def append(self, ref: CellRef | None) -> None:
         # ColumnChunker.append does this inline for the refs it makes (never None): keep both.
+        if ref is None:
+            if self._unshare is not None:
+                self._unshare()
+            self._holes = True
         if len(self._buf) == self._size:
             self._offset += 1
-        if ref is None:
-            self._holes = True
         self._buf.append(ref)
 
     def can_set_last(self) -> bool:
@@ -64,6 +70,8 @@ class ColumnHistory:
     def resize(self, buffer_size: int) -> None:
         if buffer_size == self._size:
             return
+        if self._unshare is not None:
+            self._unshare()
         old = list(self._buf)
         self._size = buffer_size
         self._buf = deque(old[-buffer_size:], maxlen=buffer_size)
