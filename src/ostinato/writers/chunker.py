@@ -143,18 +143,10 @@ class CellRef(TrajectoryColumn):
     #: then calls no Python ``__init__``: the cheapest object a writer makes per value).
     __init__ = object.__init__  # type: ignore[assignment]
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.chunker.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.chunker.dtype  # type: ignore[return-value]  # set by the first value
-
-    def __len__(self) -> int:
-        return 1
+    # shape, dtype and len() are TrajectoryColumn's, read through ``_refs``.
 
     def numpy(self) -> np.ndarray:
+        # Its own (TrajectoryColumn's reads the one ref's numpy(), this).
         if self.expired:
             # Either of Reverb's messages: this is a ref and a column.
             raise RuntimeError(
@@ -404,7 +396,8 @@ class ColumnChunker:
         self._trim_current()
 
     def end_episode(self, clear_buffers: bool) -> None:
-        """Closes the current chunk; with ``clear_buffers`` every live ref expires."""
+        """Closes the current chunk; with ``clear_buffers`` every live ref expires and the
+        history is emptied."""
         self._trim_current()
         if clear_buffers:
             hist = self.history
@@ -412,7 +405,7 @@ class ColumnChunker:
                 r.expired = True  # type: ignore[union-attr]  # no None while shared
             self._live.clear()
             if hist is not None:
-                hist.reset()  # (the writer resets it too) so that the window can be shared
+                hist.reset()  # then the window can be shared again
                 self._share_window()
 
     def configure(self, num_keep_alive_refs: int, max_chunk_length: int | None) -> None:

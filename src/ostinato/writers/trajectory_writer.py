@@ -330,20 +330,18 @@ class TrajectoryWriter(StreamWriter):
         timeout_ms: int | None,
         whole_steps: bool = False,
     ) -> None:
-        """Validates (when asked to) and submits an item made of ``cols``, packed.
+        """Validates (when asked to) and submits an item made of ``cols``, packed, whose
+        ``priority`` the caller found not NaN.
 
         ``whole_steps``: the columns are whole steps (the legacy ``Writer``), which a signature
         of one step also describes."""
         if self._validate and (table not in self._trivially_valid or priority < 0):
             self._validator.validate(table, priority, cols, sq, legacy=whole_steps)
         deadline = _NEVER if timeout_ms is None else Deadline.from_ms(timeout_ms)
+        # Callers have refused a NaN priority: an in-process stream need not look again.
+        nan_checked = (None, True) if self._nan_checked_stream else ()
         try:
-            if self._nan_checked_stream and priority == priority:
-                self._stream.insert(
-                    table, ((new_key(), priority, packed, sq),), deadline, None, True
-                )
-            else:
-                self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline)
+            self._stream.insert(table, ((new_key(), priority, packed, sq),), deadline, *nan_checked)
         except errors.DeadlineExceededError as e:
             raise errors.DeadlineExceededError(
                 f"create_item waited for the server to accept pending items: {e}"
@@ -376,9 +374,7 @@ class TrajectoryWriter(StreamWriter):
 
     def _new_episode(self, clear_buffers: bool) -> None:
         for col in self._columns:
-            col.chunker.end_episode(clear_buffers)
-            if clear_buffers:
-                col.history.reset()
+            col.chunker.end_episode(clear_buffers)  # with clear_buffers, resets col.history
             col.set_in_step = False
         self._set_in_step.clear()
         self._episode_id = new_key()
