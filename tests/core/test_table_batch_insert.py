@@ -50,7 +50,8 @@ _BLOCK_CODE = register_block(_BLOCK)
 def _items(n: int, seed: int) -> list[tuple]:
     rng = np.random.default_rng(seed)
     # Chunks 0-3 are carved from a registered block (their items' rows get located); chunk 4
-    # is not, so items that use it are not located.
+    # is not, so items that use it are not located. Chunks 5 and 6 are consecutive rows of the
+    # block, as a writer carves a column's chunks one after the other.
     chunks = [
         Chunk(
             1000 + i,
@@ -59,17 +60,34 @@ def _items(n: int, seed: int) -> list[tuple]:
             origin=(_BLOCK_CODE, 8 * i) if i < 4 else None,
         )
         for i in range(5)
+    ] + [
+        Chunk(1005 + i, _BLOCK[40 + 4 * i : 44 + 4 * i], 1, origin=(_BLOCK_CODE, 40 + 4 * i))
+        for i in range(2)
+    ]
+    # Nested first columns (several slices), as an item straddling a chunk boundary has: rows
+    # that follow each other in the block (located) or not (not located).
+    straddling = [
+        ((chunks[5], 2, 2), (chunks[6], 0, 1)),
+        ((chunks[0], 3, 1), (chunks[1], 0, 2)),
     ]
     out = []
     for k in range(n):
         a, b = rng.integers(0, 5, 2)
-        traj = (chunks[a], int(rng.integers(0, 4)), 1, chunks[b], 0, 1)
-        out.append((int(k + 1), float(rng.integers(0, 4)), traj, (True, True)))
+        kind = int(rng.integers(0, 8))
+        if kind < len(straddling):  # a quarter of the items
+            traj: tuple = (straddling[kind], ((chunks[b], 0, 1),))
+            squeeze = (False, True)
+        else:
+            traj = (chunks[a], int(rng.integers(0, 4)), 1, chunks[b], 0, 1)
+            squeeze = (True, True)
+        out.append((int(k + 1), float(rng.integers(0, 4)), traj, squeeze))
     return out
 
 
 def _layout(traj: tuple) -> tuple:
-    return tuple(x.key if isinstance(x, Chunk) else x for x in traj)
+    if isinstance(traj[0], Chunk):
+        return tuple(x.key if isinstance(x, Chunk) else x for x in traj)
+    return tuple(tuple((c.key, o, n) for c, o, n in col) for col in traj)
 
 
 def _state(t: Table) -> tuple:

@@ -80,6 +80,50 @@ def test_dicts_of_as_many_keys_but_other_keys_are_packed_right(client):
     w.close()
 
 
+def test_a_history_run_is_a_column_like_any_other(client):
+    w = client.trajectory_writer(4)
+    for i in range(5):
+        w.append({"a": np.full(2, i, np.float32)})
+    h = w.history["a"]
+    run = h[-3:]
+    assert isinstance(run, reverb.TrajectoryColumn) and not run.is_squeezed
+    assert len(run) == 3 and list(run) == [h[2], h[3], h[4]]
+    assert run[0] is h[2] and run[-1] is h[-1]
+    assert run.shape == (3, 2) and run.dtype == np.float32
+    np.testing.assert_array_equal(run.numpy(), [[2, 2], [3, 3], [4, 4]])
+    assert run[1:].numpy().tolist() == [[3, 3], [4, 4]]
+    assert repr(run) == "TrajectoryColumn(len=3, squeeze=False, path=('a',))"
+    assert len(h[-4:]) == 4  # the whole buffer
+    with pytest.raises(ValueError, match="None"):
+        h[-5:]  # older than the writer keeps
+    w.close()
+
+
+def test_squeeze_flags_of_every_mix_of_columns(client):
+    # The generated packer keeps a column's squeeze flag as a bit: every combination of
+    # squeezed and unsqueezed columns, of each kind, comes back with its own shapes.
+    w = client.trajectory_writer(3)
+    w.append({"a": np.int64(0), "b": np.int64(10), "c": np.int64(20)})
+    w.append({"a": np.int64(1), "b": np.int64(11), "c": np.int64(21)})
+    H = w.history
+    kinds = [
+        lambda k: H[k][-1],  # a ref: squeezed
+        lambda k: H[k][-2:],  # a run
+        lambda k: reverb.TrajectoryColumn([H[k][-1]], squeeze=True),
+        lambda k: reverb.TrajectoryColumn([H[k][-1]]),
+    ]
+    combos = [(x, y, z) for x in range(4) for y in range(4) for z in range(4)]
+    for combo in combos:
+        w.create_item("queue", 1.0, {k: kinds[j](k) for k, j in zip("abc", combo)})
+    w.flush()
+    got = _drain(client, "queue", len(combos))
+    for combo, data in zip(combos, got):
+        for base, j, col in zip((0, 10, 20), combo, data):
+            want = {0: base + 1, 1: [base, base + 1], 2: base + 1, 3: [base + 1]}[j]
+            assert np.asarray(col).tolist() == want, (combo, data)
+    w.close()
+
+
 def test_mixed_and_picked_columns_take_the_general_path(client):
     w = client.trajectory_writer(4, max_chunk_length=2)
     for i in range(4):

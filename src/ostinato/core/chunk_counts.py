@@ -14,24 +14,45 @@ from ostinato.core.locations import LocatedCall
 
 _FIRST = itemgetter(0)
 _CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
-_FLAT = {Chunk}
 
 
-def count_chunks(counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]) -> int:
-    """Adds to ``counts`` the references ``trajs`` hold per chunk. Returns the length every
-    trajectory has when all are flat (one slice per column) and of one length, else -1."""
-    flat = set(map(type, map(_FIRST, trajs))) == _FLAT
-    length = len(trajs[0]) if flat and len(set(map(len, trajs))) == 1 else -1
-    if length > 0 and len(trajs) >= 16:
+def count_chunks(
+    counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]
+) -> tuple[int, list[int]]:
+    """Adds to ``counts`` the references ``trajs`` hold per chunk.
+
+    Returns the length the flat trajectories (one slice per column) have when they all have
+    one, else -1; and the indices of the others (nested: a column of several slices, as an
+    item straddling a chunk boundary has), in order. A writer's batch is usually all flat
+    but for a few such items: the flat ones are still counted column by column."""
+    kinds = list(map(type, map(_FIRST, trajs)))
+    nested: list[int] = []
+    flat: Sequence[items_lib.Packed] = trajs
+    if kinds.count(Chunk) != len(kinds):
+        i = -1
+        try:
+            while True:
+                i = kinds.index(tuple, i + 1)  # a nested trajectory is a tuple of columns
+                nested.append(i)
+        except ValueError:
+            pass
+        if len(nested) + kinds.count(Chunk) != len(kinds):  # columns not tuples: any not flat
+            nested = [i for i, k in enumerate(kinds) if k is not Chunk]
+        flat = list(trajs)
+        for i in reversed(nested):
+            del flat[i]
+        nested_chunks = (items_lib.chunk_refs(trajs[i]) for i in nested)
+        _count_elements(counts, chain.from_iterable(nested_chunks))
+    lengths = set(map(len, flat))
+    length = lengths.pop() if len(lengths) == 1 else -1
+    if length > 0 and len(flat) >= 16:
         # Column by column: no tuple of chunks made per item (half the cost of the chain, but
         # more for a few items).
         for j in range(0, length, 3):
-            _count_elements(counts, map(itemgetter(j), trajs))
+            _count_elements(counts, map(itemgetter(j), flat))
     else:
-        _count_elements(
-            counts, chain.from_iterable(map(_CHUNKS if flat else items_lib.chunk_refs, trajs))
-        )
-    return length
+        _count_elements(counts, chain.from_iterable(map(_CHUNKS, flat)))
+    return length, nested
 
 
 def count_located(counts: dict[Chunk, int], calls: Sequence[LocatedCall], ncols: int) -> None:

@@ -178,8 +178,9 @@ class Slots:
         firsts = None if located is None else loc.firsts(located, n)
         # References of the new items per distinct chunk (a writer's items share chunks).
         per_chunk: dict[Chunk, int] = {}
+        nested: list[int] = []  # the items that are not flat (a column of several slices)
         if firsts is None:
-            length = count_chunks(per_chunk, trajs)
+            length, nested = count_chunks(per_chunk, trajs)
         else:  # every item flat, of the table's number of columns
             count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
             length = loc.flat_len
@@ -212,7 +213,7 @@ class Slots:
             self._forget(victims)
             free.append(victims[-1])
         if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
-            untrack(trajs, all_flat=length > 0)
+            untrack(trajs, all_flat=length > 0 and not nested)
         first = slots[0]
         run = range(first, first + n)
         seq = self.next_seq
@@ -245,7 +246,14 @@ class Slots:
                 if type(where) is slice
                 else (where * stride).tolist()
             )
-            loc.add_flat_many(loc.array, offsets, trajs)
+            if nested:  # located one by one (rows of several chunks); the others together
+                flat = list(trajs)
+                for i in reversed(nested):
+                    loc.add(slots[i], trajs[i])
+                    del offsets[i], flat[i]
+                loc.add_flat_many(loc.array, offsets, flat)
+            else:
+                loc.add_flat_many(loc.array, offsets, trajs)
         else:
             _consume(map(loc.add, slots, trajs))
         counts = list(per_chunk.values())

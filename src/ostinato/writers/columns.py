@@ -11,9 +11,7 @@ from typing import Any
 import numpy as np
 
 from ostinato.writers.chunker import CellRef
-from ostinato.writers.trajectory_column import TrajectoryColumn
-
-_new_column = object.__new__
+from ostinato.writers.trajectory_column import RunColumn, TrajectoryColumn
 
 
 class ColumnHistory:
@@ -102,25 +100,20 @@ class ColumnHistory:
                 ref = buf[index]
                 if ref is not None:
                     return ref  # a step's ref is its squeezed column
-        elif (
-            type(index) is slice
-            and index.step is None
-            and index.stop is None
-            and type(index.start) is int
-            and index.start < 0
-        ):
-            buf = self._buf
-            k = -index.start
-            n = len(buf)
-            if k <= n:
-                refs = tuple(buf) if k == n else tuple(itertools.islice(buf, n - k, None))
-                if not (self._holes and None in refs):
-                    col = _new_column(TrajectoryColumn)
-                    col._refs = refs
-                    col._squeeze = False
-                    col._path = self._path
-                    col._run = True
-                    return col
+        elif type(index) is slice:
+            start = index.start
+            if type(start) is int and start < 0 and index.stop is None and index.step is None:
+                buf = self._buf
+                n = len(buf)
+                if -start <= n:
+                    refs = (
+                        tuple(buf) if start == -n else tuple(itertools.islice(buf, n + start, None))
+                    )
+                    if not (self._holes and None in refs):
+                        col = RunColumn()
+                        col._refs = refs
+                        col._path = self._path
+                        return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)

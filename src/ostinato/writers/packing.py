@@ -17,7 +17,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.chunker import CellRef
 from ostinato.writers.item_validation import trajectory_columns
-from ostinato.writers.trajectory_column import TrajectoryColumn
+from ostinato.writers.trajectory_column import RunColumn, TrajectoryColumn
 
 _SQ_CACHE = items_lib.SQUEEZE_CACHE
 
@@ -128,6 +128,18 @@ def tuple_getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
     return itemgetter(*keys)
 
 
+_SQUEEZE_BITS_MAX = 64  # distinct flag combinations a packer keeps (items mostly have one)
+
+
+def _squeeze_flags(cache: dict[int, tuple[bool, ...]], bits: int, ncols: int) -> tuple[bool, ...]:
+    """The interned squeeze flags of ``ncols`` columns whose column ``i`` is squeezed when bit
+    ``i`` of ``bits`` is set, kept in ``cache`` (a packer's own) by ``bits``."""
+    flags = items_lib.intern_squeeze([bool(bits >> i & 1) for i in range(ncols)])
+    if len(cache) < _SQUEEZE_BITS_MAX:
+        cache[bits] = flags
+    return flags
+
+
 _PACKERS: dict[tuple[Any, ...], Callable[[dict[Any, Any]], Any]] = {}
 _PACKERS_MAX = 1024  # distinct key sets kept
 
@@ -135,7 +147,8 @@ _PACKERS_MAX = 1024  # distinct key sets kept
 def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
     """``pack(d)`` for a dict trajectory of the columns ``keys`` (sorted: the columns'
     order): ``(columns, packed, squeeze flags)`` when every column is one step (a
-    :class:`CellRef`) or consecutive steps of one chunk (a run of a history column), else
+    :class:`CellRef`) or consecutive steps of one chunk (a run of a history column: a
+    :class:`RunColumn`, or a step-1 slice of one), else
     None (then :func:`pack_columns` finds the slices or names what is wrong). Raises
     ``KeyError`` when ``d`` lacks one of ``keys``: a dict of ``len(keys)`` keys in which it
     finds them all has no other key.
@@ -159,6 +172,7 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
         f"        return ({names},), ({refs_packed},), SQUEEZED",
     ]
     for i in range(ncols):
+        bit = 1 << i  # the column's squeeze flag, as a bit of the flags' index
         lines += [
             f"    t = type(c{i})",
             "    if t is CellRef:",
@@ -167,7 +181,17 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
             f"        p{i} = c{i}.chunk",
             f"        o{i} = c{i}.offset",
             f"        n{i} = 1",
-            f"        s{i} = True",
+            f"        s{i} = {bit}",
+            "    elif t is RunColumn:",  # history[path][-k:]: not empty, not squeezed
+            f"        r = c{i}._refs",
+            "        f = r[0]",
+            "        last = r[-1]",
+            f"        p{i} = f.chunk",
+            f"        o{i} = f.offset",
+            f"        n{i} = len(r)",
+            f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
+            "            return None",
+            f"        s{i} = 0",
             f"    elif t is TrajectoryColumn and c{i}._run:",
             f"        r = c{i}._refs",
             f"        n{i} = len(r)",
@@ -179,21 +203,25 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
             f"        o{i} = f.offset",
             f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
             "            return None",
-            f"        s{i} = c{i}._squeeze",
+            f"        s{i} = {bit} if c{i}._squeeze else 0",
             "    else:",
             "        return None",
         ]
-    flags = ", ".join(f"s{i}" for i in range(ncols))
+    bits = " | ".join(f"s{i}" for i in range(ncols))
     packed = ", ".join(f"p{i}, o{i}, n{i}" for i in range(ncols))
     lines += [
-        f"    sq = _SQ.get(({flags},)) or intern_squeeze(({flags},))",
+        f"    bits = {bits}",
+        "    sq = SQ.get(bits) or squeeze_flags(SQ, bits, NCOLS)",
         f"    return ({names},), ({packed},), sq",
     ]
     scope: dict[str, Any] = {
         "CellRef": CellRef,
         "TrajectoryColumn": TrajectoryColumn,
-        "_SQ": _SQ_CACHE,
-        "intern_squeeze": items_lib.intern_squeeze,
+        "RunColumn": RunColumn,
+        # The interned squeeze flags by their bits (column i's flag is bit i).
+        "SQ": {},
+        "NCOLS": ncols,
+        "squeeze_flags": _squeeze_flags,
         "SQUEEZED": items_lib.intern_squeeze((True,) * ncols),
         **{f"K{i}": k for i, k in enumerate(keys)},
     }

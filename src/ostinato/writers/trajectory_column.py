@@ -105,3 +105,21 @@ class TrajectoryColumn:
         return (
             f"TrajectoryColumn(len={len(self._refs)}, squeeze={self._squeeze}, path={self._path})"
         )
+
+
+class RunColumn(TrajectoryColumn):
+    """What ``history[path][-k:]`` returns: the newest ``k`` steps of one history column,
+    oldest first, none of them missing -- a column like any other, made without a call to
+    ``__init__``.
+
+    The history sets ``_refs`` (a non-empty tuple of refs) and ``_path``; the flags are class
+    attributes (an unsqueezed run of consecutive steps), read in place of
+    :class:`TrajectoryColumn`'s slots, which a run leaves unset. ``create_item`` recognises a
+    run by its type and turns it into one chunk slice when its steps lie in one chunk.
+    """
+
+    __slots__ = ()
+    _squeeze = False
+    _run = True
+
+    __init__ = object.__init__  # type: ignore[assignment]
