@@ -215,3 +215,22 @@ def test_a_full_fifo_table_takes_a_batch_at_once(sampler, size, batch):
         t._rng = np.random.default_rng(3)
     assert _state(one) == _state(many)
     assert _sample(one) == _sample(many)
+
+
+def test_reset_releases_every_chunk_reference():
+    """A reset counts the items' references per chunk (column by column) and releases them
+    all: nothing is left in the store, and a table refilled afterwards counts afresh."""
+    from ostinato.core.items import chunk_refs
+
+    items = _items(60, 3)
+    chunks = {c for it in items for c in chunk_refs(it[2])}
+    t = _table("uniform", "fifo", 100, 0)
+    t.try_insert_many(items[:30])
+    for it in items[30:]:
+        t.try_insert_many([it])
+    assert sum(c.refs for c in chunks) == sum(len(chunk_refs(it[2])) for it in items)
+    t.reset()
+    assert len(t) == 0 and len(t._slots.store) == 0
+    assert all(c.refs == 0 for c in chunks)
+    t.try_insert_many(items[:7])
+    assert sum(c.refs for c in chunks) == sum(len(chunk_refs(it[2])) for it in items[:7])

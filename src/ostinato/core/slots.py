@@ -313,12 +313,17 @@ class Slots:
         self.free.append(slot)
         return key
 
-    def _all_chunk_refs(self) -> list[Chunk]:
-        return [c for s in self.key_to_slot.values() for c in items_lib.chunk_refs(self.traj[s])]
+    def _chunk_ref_counts(self) -> dict[Chunk, int]:
+        """The references the items hold, per distinct chunk (counted column by column)."""
+        counts: dict[Chunk, int] = {}
+        if self.key_to_slot:
+            count_chunks(counts, list(map(self.traj.__getitem__, self.key_to_slot.values())))
+        return counts
 
     def clear(self) -> None:
         """Drops every item (capacity is kept) and resets the episode counters."""
-        self.store.release(self._all_chunk_refs())
+        counts = self._chunk_ref_counts()
+        self.store.release_many(list(counts), list(counts.values()))
         self.key_to_slot.clear()
         self.recent.clear()
         self.recent_old.clear()
@@ -333,10 +338,10 @@ class Slots:
 
     def move_to(self, store: ChunkStore) -> None:
         """Moves the items' chunk references into another store (a table joining a server)."""
-        if self.key_to_slot:
-            refs = self._all_chunk_refs()
-            self.store.release(refs)
-            store.acquire(refs)
+        counts = self._chunk_ref_counts()
+        chunks, times = list(counts), list(counts.values())
+        self.store.release_many(chunks, times)
+        store.acquire_many(chunks, times)
         self.store = store
 
     def remember_sampled(self, keys: np.ndarray, slots: np.ndarray) -> None:
