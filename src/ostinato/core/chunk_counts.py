@@ -7,13 +7,34 @@ from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Sequence
 from itertools import chain
 from operator import itemgetter
+from typing import Any
 
 from ostinato.core import items as items_lib
 from ostinato.core.chunks import Chunk
 from ostinato.core.locations import LocatedCall
 
 _FIRST = itemgetter(0)
-_CHUNKS = itemgetter(slice(0, None, 3))  # a flat trajectory's chunks
+_CHUNKS_AFTER_FIRST = itemgetter(slice(3, None, 3))  # a flat trajectory's other chunks
+
+
+def _two_runs(counts: dict[Chunk, int], col: list[Any]) -> bool:
+    """Adds to ``counts`` one per element of ``col`` (not empty) and returns True when its
+    elements are one or two chunks, as a writer's batch has per column (the second when a
+    chunk closed partway through); else returns False, having added nothing. ``list.count``
+    compares by identity first: a few instructions per element, where counting each element
+    in a dict costs a hash and a lookup."""
+    n = len(col)
+    a = col[0]
+    if type(a) is not Chunk:
+        return False
+    k = col.count(a)
+    if k < n:
+        b = col[-1]
+        if b is a or type(b) is not Chunk or col.count(b) != n - k:
+            return False
+        counts[b] = counts.get(b, 0) + n - k
+    counts[a] = counts.get(a, 0) + k
+    return True
 
 
 def count_chunks(
@@ -25,33 +46,42 @@ def count_chunks(
     one, else -1; and the indices of the others (nested: a column of several slices, as an
     item straddling a chunk boundary has), in order. A writer's batch is usually all flat
     but for a few such items: the flat ones are still counted column by column."""
-    kinds = list(map(type, map(_FIRST, trajs)))
+    if not trajs:
+        return -1, []
+    firsts = list(map(_FIRST, trajs))  # a flat trajectory's first chunk, else its first column
     nested: list[int] = []
     flat: Sequence[items_lib.Packed] = trajs
-    if kinds.count(Chunk) != len(kinds):
-        i = -1
-        try:
-            while True:
-                i = kinds.index(tuple, i + 1)  # a nested trajectory is a tuple of columns
-                nested.append(i)
-        except ValueError:
-            pass
-        if len(nested) + kinds.count(Chunk) != len(kinds):  # columns not tuples: any not flat
-            nested = [i for i, k in enumerate(kinds) if k is not Chunk]
-        flat = list(trajs)
-        for i in reversed(nested):
-            del flat[i]
-        nested_chunks = (items_lib.chunk_refs(trajs[i]) for i in nested)
-        _count_elements(counts, chain.from_iterable(nested_chunks))
-    lengths = set(map(len, flat))
-    length = lengths.pop() if len(lengths) == 1 else -1
-    if length > 0 and len(flat) >= 16:
-        # Column by column: no tuple of chunks made per item (half the cost of the chain, but
-        # more for a few items).
-        for j in range(0, length, 3):
-            _count_elements(counts, map(itemgetter(j), flat))
+    if not _two_runs(counts, firsts):  # more chunks, or nested trajectories among them
+        # The nested trajectories (a tuple of columns), found by C-level scans of the types.
+        kinds = list(map(type, firsts))
+        if kinds.count(Chunk) != len(kinds):
+            i = -1
+            try:
+                while True:
+                    i = kinds.index(tuple, i + 1)
+                    nested.append(i)
+            except ValueError:
+                pass
+            if len(nested) + kinds.count(Chunk) != len(kinds):  # columns not tuples
+                nested = [i for i, k in enumerate(kinds) if k is not Chunk]
+            nested_chunks = (items_lib.chunk_refs(trajs[i]) for i in nested)
+            _count_elements(counts, chain.from_iterable(nested_chunks))
+            flat = list(trajs)
+            for i in reversed(nested):
+                del flat[i], firsts[i]
+            if not flat:
+                return -1, nested
+        if not _two_runs(counts, firsts):
+            _count_elements(counts, firsts)
+    lengths = list(map(len, flat))
+    length = lengths[0] if lengths.count(lengths[0]) == len(lengths) else -1
+    if length > 0:
+        for j in range(3, length, 3):
+            col = list(map(itemgetter(j), flat))
+            if not _two_runs(counts, col):
+                _count_elements(counts, col)
     else:
-        _count_elements(counts, chain.from_iterable(map(_CHUNKS, flat)))
+        _count_elements(counts, chain.from_iterable(map(_CHUNKS_AFTER_FIRST, flat)))
     return length, nested
 
 
