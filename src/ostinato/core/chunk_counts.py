@@ -18,20 +18,39 @@ _CHUNKS_AFTER_FIRST = itemgetter(slice(3, None, 3))  # a flat trajectory's other
 
 
 def _two_runs(counts: dict[Chunk, int], col: list[Any]) -> bool:
-    """Adds to ``counts`` one per element of ``col`` (not empty) and returns True when its
-    elements are one or two chunks, as a writer's batch has per column (the second when a
-    chunk closed partway through); else returns False, having added nothing. ``list.count``
-    compares by identity first: a few instructions per element, where counting each element
-    in a dict costs a hash and a lookup."""
+    """Adds to ``counts`` one per element of ``col`` (not empty) and returns True when it is
+    one chunk, or a run of one chunk then a run of another: what a writer's batch has per
+    column (the second when a chunk closed partway through). Else returns False, having
+    added nothing.
+
+    Only identity is compared: the boundary is found by bisection and both runs are checked
+    with ``list.count``, which compares by identity first (a few instructions per element,
+    where comparing two different chunks, or counting each element in a dict, costs a few
+    hundred)."""
     n = len(col)
     a = col[0]
-    if type(a) is not Chunk:
+    b = col[-1]
+    if type(a) is not Chunk or type(b) is not Chunk:
         return False
-    k = col.count(a)
-    if k < n:
-        b = col[-1]
-        if b is a or type(b) is not Chunk or col.count(b) != n - k:
+    if b is a:
+        k = n
+    else:
+        lo, hi = 0, n - 1  # col[lo] is a, col[hi] is b
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            x = col[mid]
+            if x is a:
+                lo = mid
+            elif x is b:
+                hi = mid
+            else:
+                return False
+        k = hi
+        if col[k:].count(b) != n - k:
             return False
+    if (col[:k] if k < n else col).count(a) != k:
+        return False
+    if k < n:
         counts[b] = counts.get(b, 0) + n - k
     counts[a] = counts.get(a, 0) + k
     return True
