@@ -37,7 +37,7 @@ def test_counts_and_nested_items_match_one_by_one(trajs, runs):
     if runs:  # a writer's batch: items in runs of the same chunks
         trajs = sorted(trajs, key=lambda t: (not is_flat(t), repr(t)))
     counts: dict[Chunk, int] = {_CHUNKS[0]: 5}  # counts already there are added to
-    length, nested = count_chunks(counts, trajs)
+    length, nested, fields = count_chunks(counts, trajs)
     want = Counter({_CHUNKS[0]: 5})
     for t in trajs:
         want.update(chunk_refs(t))
@@ -45,6 +45,8 @@ def test_counts_and_nested_items_match_one_by_one(trajs, runs):
     assert nested == [i for i, t in enumerate(trajs) if not is_flat(t)]
     flat_lengths = {len(t) for t in trajs if is_flat(t)}
     assert length == (flat_lengths.pop() if len(flat_lengths) == 1 else -1)
+    flat = [t for t in trajs if is_flat(t)]
+    assert fields == (list(zip(*flat)) if length > 0 else None)
 
 
 def test_a_writer_s_batch_two_chunks_per_column_and_a_few_straddling():
@@ -53,5 +55,5 @@ def test_a_writer_s_batch_two_chunks_per_column_and_a_few_straddling():
     trajs += [(((a, 3, 1), (b, 0, 1)), ((c, 3, 1),))]  # straddles the a/b boundary
     trajs += [(b, i, 1, c, i, 1) for i in range(3)]
     counts: dict[Chunk, int] = {}
-    assert count_chunks(counts, trajs) == (6, [3])
+    assert count_chunks(counts, trajs)[:2] == (6, [3])
     assert counts == {a: 4, b: 4, c: 7}

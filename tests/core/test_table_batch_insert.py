@@ -234,3 +234,57 @@ def test_reset_releases_every_chunk_reference():
     assert all(c.refs == 0 for c in chunks)
     t.try_insert_many(items[:7])
     assert sum(c.refs for c in chunks) == sum(len(chunk_refs(it[2])) for it in items[:7])
+
+
+_OTHER = np.zeros((32, 2), np.float32)
+_OTHER_CODE = register_block(_OTHER)
+
+
+def _writer_items(first_key: int, steps: range) -> list[tuple]:
+    """Items as a writer makes them, step by step: a squeezed column of the step (chunks A
+    then B, consecutive rows of one block), a column of the last 3 steps (nested where it
+    straddles A and B) and one of the step in a chunk of another block (C)."""
+    a = Chunk(9001, _BLOCK[0:8], 5, origin=(_BLOCK_CODE, 0))
+    b = Chunk(9002, _BLOCK[8:16], 5, origin=(_BLOCK_CODE, 8))
+    c = Chunk(9003, _OTHER[0:32], 5, origin=(_OTHER_CODE, 0))
+
+    def at(s: int) -> tuple:
+        return (a, s, 1) if s < 8 else (b, s - 8, 1)
+
+    out = []
+    for i, s in enumerate(steps):
+        w0 = s - 2
+        if s < 8 or w0 >= 8:
+            window = (a, w0, 3) if s < 8 else (b, w0 - 8, 3)
+            traj: tuple = (*at(s), *window, c, s, 1)
+            sq = (True, False, True)
+        else:
+            window2 = ((a, w0, 8 - w0), (b, 0, s - 7))
+            traj = ((at(s),), window2, ((c, s, 1),))
+            sq = (True, False, True)
+        out.append((first_key + i, 1.0, traj, sq))
+    return out
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_a_writer_s_batch_is_located_column_by_column_as_one_by_one(gaps):
+    """Items whose columns are one or two runs of chunks with offsets counting up (what a
+    writer's batch is, straddling items included) are located column by column; the rows
+    recorded are those that locating each item by itself records, in consecutive slots or
+    in slots freed here and there."""
+    tables = []
+    for batch in (False, True):
+        t = _table("uniform", "fifo", 100, 0)
+        t.try_insert_many(_writer_items(100, range(2, 8)))  # the table learns their shape
+        if gaps:  # free slots out of order: the batch's slots are not consecutive
+            t.delete([102, 105, 103])
+        items = _writer_items(500, range(2, 16))
+        if batch:
+            assert t.try_insert_many(items) == len(items)
+        else:
+            for it in items:
+                assert t.try_insert_many([it]) == 1
+        tables.append(t)
+    assert _state(tables[0]) == _state(tables[1])
+    rows = _state(tables[1])[1]
+    assert all(r[0] == 1 for r in rows[-14:])  # every one of them located

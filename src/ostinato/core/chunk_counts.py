@@ -10,63 +10,43 @@ from operator import itemgetter
 from typing import Any
 
 from ostinato.core import items as items_lib
-from ostinato.core.chunks import Chunk
+from ostinato.core.chunks import Chunk, two_runs
 from ostinato.core.locations import LocatedCall
 
 _FIRST = itemgetter(0)
 _CHUNKS_AFTER_FIRST = itemgetter(slice(3, None, 3))  # a flat trajectory's other chunks
 
 
-def _two_runs(counts: dict[Chunk, int], col: list[Any]) -> bool:
+def _two_runs(counts: dict[Chunk, int], col: Sequence[Any]) -> bool:
     """Adds to ``counts`` one per element of ``col`` (not empty) and returns True when it is
-    one chunk, or a run of one chunk then a run of another: what a writer's batch has per
-    column (the second when a chunk closed partway through). Else returns False, having
-    added nothing.
-
-    Only identity is compared: the boundary is found by bisection and both runs are checked
-    with ``list.count``, which compares by identity first (a few instructions per element,
-    where comparing two different chunks, or counting each element in a dict, costs a few
-    hundred)."""
+    one or two runs of chunks (:func:`~ostinato.core.chunks.two_runs`: a few instructions per
+    element, where counting each in a dict costs a hash and a lookup); else returns False,
+    having added nothing."""
+    k = two_runs(col)
+    if not k:
+        return False
     n = len(col)
-    a = col[0]
-    b = col[-1]
-    if type(a) is not Chunk or type(b) is not Chunk:
-        return False
-    if b is a:
-        k = n
-    else:
-        lo, hi = 0, n - 1  # col[lo] is a, col[hi] is b
-        while hi - lo > 1:
-            mid = (lo + hi) >> 1
-            x = col[mid]
-            if x is a:
-                lo = mid
-            elif x is b:
-                hi = mid
-            else:
-                return False
-        k = hi
-        if col[k:].count(b) != n - k:
-            return False
-    if (col[:k] if k < n else col).count(a) != k:
-        return False
     if k < n:
+        b = col[-1]
         counts[b] = counts.get(b, 0) + n - k
+    a = col[0]
     counts[a] = counts.get(a, 0) + k
     return True
 
 
 def count_chunks(
     counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[int], list[tuple[Any, ...]] | None]:
     """Adds to ``counts`` the references ``trajs`` hold per chunk.
 
     Returns the length the flat trajectories (one slice per column) have when they all have
-    one, else -1; and the indices of the others (nested: a column of several slices, as an
-    item straddling a chunk boundary has), in order. A writer's batch is usually all flat
-    but for a few such items: the flat ones are still counted column by column."""
+    one, else -1; the indices of the others (nested: a column of several slices, as an item
+    straddling a chunk boundary has), in order; and, with a length, the flat trajectories'
+    fields transposed (``fields[3 * j]``: column ``j``'s chunks, then its offsets and
+    lengths), else None. A writer's batch is usually all flat but for a few such items: the
+    flat ones are still counted column by column."""
     if not trajs:
-        return -1, []
+        return -1, [], None
     firsts = list(map(_FIRST, trajs))  # a flat trajectory's first chunk, else its first column
     nested: list[int] = []
     flat: Sequence[items_lib.Packed] = trajs
@@ -89,19 +69,19 @@ def count_chunks(
             for i in reversed(nested):
                 del flat[i], firsts[i]
             if not flat:
-                return -1, nested
+                return -1, nested, None
         if not _two_runs(counts, firsts):
             _count_elements(counts, firsts)
     lengths = list(map(len, flat))
     length = lengths[0] if lengths.count(lengths[0]) == len(lengths) else -1
-    if length > 0:
-        for j in range(3, length, 3):
-            col = list(map(itemgetter(j), flat))
-            if not _two_runs(counts, col):
-                _count_elements(counts, col)
-    else:
+    if length < 0:
         _count_elements(counts, chain.from_iterable(map(_CHUNKS_AFTER_FIRST, flat)))
-    return length, nested
+        return length, nested, None
+    fields = list(zip(*flat))  # the flat items' fields, transposed: one C-level pass
+    for j in range(3, length, 3):
+        if not _two_runs(counts, fields[j]):
+            _count_elements(counts, fields[j])
+    return length, nested, fields
 
 
 def count_located(counts: dict[Chunk, int], calls: Sequence[LocatedCall], ncols: int) -> None:

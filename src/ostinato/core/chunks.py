@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -128,6 +128,36 @@ class Chunk:
 
 
 # -- reading rows ----------------------------------------------------------------------------------
+def two_runs(col: Sequence[Any]) -> int:
+    """Where the second run starts when ``col`` (not empty) is one chunk, or a run of one
+    chunk then a run of another -- what a writer's batch of items has in each column (the
+    second when a chunk closed partway through) -- so ``len(col)`` for one run; else 0.
+
+    Only identity is compared: the boundary is found by bisection and both runs are checked
+    with ``count``, which compares by identity first (a few instructions per element, where
+    comparing two different chunks costs a few hundred)."""
+    n = len(col)
+    a = col[0]
+    b = col[-1]
+    if type(a) is not Chunk or type(b) is not Chunk:
+        return 0
+    if b is a:
+        return n if col.count(a) == n else 0
+    lo, hi = 0, n - 1  # col[lo] is a, col[hi] is b
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        x = col[mid]
+        if x is a:
+            lo = mid
+        elif x is b:
+            hi = mid
+        else:
+            return 0
+    if col[hi:].count(b) != n - hi or col[:hi].count(a) != hi:
+        return 0
+    return hi
+
+
 def chunk_array(chunk: Chunk) -> np.ndarray:
     """All of the chunk's rows as one array, whatever form the chunk holds them in."""
     data = chunk.data

@@ -22,10 +22,12 @@ import itertools
 import struct
 import weakref
 from collections.abc import Callable, Sequence
+from operator import sub
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ostinato.core.chunks import two_runs
 from ostinato.core.items import is_flat
 
 # -- blocks, process-wide --------------------------------------------------------------------------
@@ -156,6 +158,13 @@ def _not_set_many(a: array.array, offsets: list[int], trajs: Any) -> None:
     raise AssertionError("no located item yet")
 
 
+def _split(rows: Any, k: int) -> tuple[Any, Any]:
+    """Rows (a slice or an array) cut after the first ``k``."""
+    if type(rows) is slice:
+        return slice(rows.start, rows.start + k), slice(rows.start + k, rows.stop)
+    return rows[:k], rows[k:]
+
+
 class Locations:
     """Per slot: where the item's rows are (see the module docstring)."""
 
@@ -238,6 +247,66 @@ class Locations:
         view[where, 1::3] = runs[0].codes
         view[where, 2::3] = firsts.T
         view[where, 3::3] = runs[0].lengths
+
+    def add_runs(
+        self, where: Any, n: int, nested: Sequence[int], fields: Sequence[Sequence[Any]]
+    ) -> bool:
+        """Records, column by column, where the flat items of a batch of ``n`` have their rows,
+        when they are as a writer's items are: per column, one chunk or a run of one chunk
+        then a run of another, their offsets going up by one per item within each run, and
+        one length. ``where``: the batch's slots (a slice or an array); ``nested``: the
+        positions of its items that are not flat (left out here: the caller locates them
+        one by one); ``fields``: the flat items' fields, transposed (see
+        :func:`~ostinato.core.chunk_counts.count_chunks`). Returns False, having recorded
+        nothing, when they are not like that (then each item is located by itself)."""
+        view = self._view
+        if view is None:
+            return False
+        if nested:
+            kept = np.delete(np.arange(n), nested)  # the flat items' positions in the batch
+            positions: Sequence[int] = kept.tolist()
+            rows = (np.arange(where.start, where.stop) if type(where) is slice else where)[kept]
+        else:
+            kept = None
+            positions = range(n)
+            rows = where
+        m = n - len(nested)
+        plan = []
+        for j in range(self.ncols):
+            chunks = fields[3 * j]
+            k = two_runs(chunks)
+            ga = chunks[0].origin
+            if not k or ga is None:
+                return False
+            # The offset less the position: one value per run.
+            d = list(map(sub, fields[3 * j + 1], positions))
+            da = d[0]
+            if (d[:k] if k < m else d).count(da) != k:
+                return False
+            gb, db = ga, da
+            if k < m:
+                gb, db = chunks[-1].origin, d[k]
+                if gb is None or d[k:].count(db) != m - k:
+                    return False
+            lengths = fields[3 * j + 2]
+            if lengths.count(lengths[0]) != m:
+                return False
+            plan.append((k, ga, da, gb, db, lengths[0]))
+        at = np.arange(n) if kept is None else kept
+        view[rows, 0] = 1
+        for j, (k, ga, da, gb, db, length) in enumerate(plan):
+            c = 1 + 3 * j
+            if k == m:
+                view[rows, c] = ga[0]
+                view[rows, c + 1] = at + (ga[1] + da)
+            else:
+                ra, rb = _split(rows, k)
+                view[ra, c] = ga[0]
+                view[ra, c + 1] = at[:k] + (ga[1] + da)
+                view[rb, c] = gb[0]
+                view[rb, c + 1] = at[k:] + (gb[1] + db)
+            view[rows, c + 2] = length
+        return True
 
     def remove(self, slot: int) -> None:
         """Forgets the item in ``slot``."""

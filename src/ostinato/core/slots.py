@@ -180,8 +180,9 @@ class Slots:
         per_chunk: dict[Chunk, int] = {}
         nested: list[int] = []  # the items that are not flat (a column of several slices)
         if firsts is None:
-            length, nested = count_chunks(per_chunk, trajs)
+            length, nested, fields = count_chunks(per_chunk, trajs)
         else:  # every item flat, of the table's number of columns
+            fields = None
             count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
             length = loc.flat_len
         er = self.episode_refs
@@ -239,6 +240,11 @@ class Slots:
         self.key_to_slot.update(zip(keys, slots))
         if firsts is not None:
             loc.put(where, located, firsts)  # type: ignore[arg-type]
+        elif (
+            fields is not None and length == loc.flat_len and loc.add_runs(where, n, nested, fields)
+        ):
+            for i in nested:  # located one by one (rows of several chunks)
+                loc.add(slots[i], trajs[i])
         elif length > 0 and length == loc.flat_len:
             stride = loc.stride_bytes
             offsets = (
