@@ -278,8 +278,16 @@ class Locations:
             ga = chunks[0].origin
             if not k or ga is None:
                 return False
+            offsets = fields[3 * j + 1]
+            if (  # the runs' ends first (cheap): items made otherwise mostly fail here
+                offsets[k - 1] - offsets[0] != positions[k - 1] - positions[0]
+                or offsets[m - 1] - offsets[k] != positions[m - 1] - positions[k]
+                if k < m
+                else offsets[m - 1] - offsets[0] != positions[m - 1] - positions[0]
+            ):
+                return False
             # The offset less the position: one value per run.
-            d = list(map(sub, fields[3 * j + 1], positions))
+            d = list(map(sub, offsets, positions))
             da = d[0]
             if (d[:k] if k < m else d).count(da) != k:
                 return False
