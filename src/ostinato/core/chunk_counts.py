@@ -35,16 +35,16 @@ def _two_runs(counts: dict[Chunk, int], col: Sequence[Any]) -> bool:
 
 
 def count_chunks(
-    counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed]
+    counts: dict[Chunk, int], trajs: Sequence[items_lib.Packed], transpose: bool = False
 ) -> tuple[int, list[int], list[tuple[Any, ...]] | None]:
     """Adds to ``counts`` the references ``trajs`` hold per chunk.
 
     Returns the length the flat trajectories (one slice per column) have when they all have
     one, else -1; the indices of the others (nested: a column of several slices, as an item
-    straddling a chunk boundary has), in order; and, with a length, the flat trajectories'
-    fields transposed (``fields[3 * j]``: column ``j``'s chunks, then its offsets and
-    lengths), else None. A writer's batch is usually all flat but for a few such items: the
-    flat ones are still counted column by column."""
+    straddling a chunk boundary has), in order; and, with a length and ``transpose``, the
+    flat trajectories' fields transposed (``fields[3 * j]``: column ``j``'s chunks, then its
+    offsets and lengths), else None. A writer's batch is usually all flat but for a few
+    such items: the flat ones are still counted column by column."""
     if not trajs:
         return -1, [], None
     firsts = list(map(_FIRST, trajs))  # a flat trajectory's first chunk, else its first column
@@ -77,10 +77,18 @@ def count_chunks(
     if length < 0:
         _count_elements(counts, chain.from_iterable(map(_CHUNKS_AFTER_FIRST, flat)))
         return length, nested, None
-    fields = list(zip(*flat))  # the flat items' fields, transposed: one C-level pass
-    for j in range(3, length, 3):
-        if not _two_runs(counts, fields[j]):
-            _count_elements(counts, fields[j])
+    if transpose:
+        # One C-level pass; for a batch's few hundred items (in cache: for many thousands,
+        # as a table's reset counts, it is slower than a list per column).
+        transposed = list(zip(*flat))
+        fields: list[tuple[Any, ...]] | None = transposed
+        columns: Any = transposed[3:length:3]
+    else:
+        fields = None
+        columns = (list(map(itemgetter(j), flat)) for j in range(3, length, 3))
+    for col in columns:
+        if not _two_runs(counts, col):
+            _count_elements(counts, col)
     return length, nested, fields
 
 

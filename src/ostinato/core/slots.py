@@ -180,7 +180,7 @@ class Slots:
         per_chunk: dict[Chunk, int] = {}
         nested: list[int] = []  # the items that are not flat (a column of several slices)
         if firsts is None:
-            length, nested, fields = count_chunks(per_chunk, trajs)
+            length, nested, fields = count_chunks(per_chunk, trajs, transpose=True)
         else:  # every item flat, of the table's number of columns
             fields = None
             count_located(per_chunk, located, loc.ncols)  # type: ignore[arg-type]
