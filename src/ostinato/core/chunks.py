@@ -127,7 +127,6 @@ class Chunk:
         )
 
 
-# -- reading rows ----------------------------------------------------------------------------------
 def two_runs(col: Sequence[Any]) -> int:
     """Where the second run starts when ``col`` (not empty) is one chunk, or a run of one
     chunk then a run of another -- what a writer's batch of items has in each column (the
@@ -158,6 +157,7 @@ def two_runs(col: Sequence[Any]) -> int:
     return hi
 
 
+# -- reading rows ----------------------------------------------------------------------------------
 def chunk_array(chunk: Chunk) -> np.ndarray:
     """All of the chunk's rows as one array, whatever form the chunk holds them in."""
     data = chunk.data
