@@ -51,18 +51,9 @@ def count_chunks(
     nested: list[int] = []
     flat: Sequence[items_lib.Packed] = trajs
     if not _two_runs(counts, firsts):  # more chunks, or nested trajectories among them
-        # The nested trajectories (a tuple of columns), found by C-level scans of the types.
         kinds = list(map(type, firsts))
         if kinds.count(Chunk) != len(kinds):
-            i = -1
-            try:
-                while True:
-                    i = kinds.index(tuple, i + 1)
-                    nested.append(i)
-            except ValueError:
-                pass
-            if len(nested) + kinds.count(Chunk) != len(kinds):  # columns not tuples
-                nested = [i for i, k in enumerate(kinds) if k is not Chunk]
+            nested = [i for i, k in enumerate(kinds) if k is not Chunk]
             nested_chunks = (items_lib.chunk_refs(trajs[i]) for i in nested)
             _count_elements(counts, chain.from_iterable(nested_chunks))
             flat = list(trajs)

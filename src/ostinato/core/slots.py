@@ -240,26 +240,22 @@ class Slots:
         self.key_to_slot.update(zip(keys, slots))
         if firsts is not None:
             loc.put(where, located, firsts)  # type: ignore[arg-type]
-        elif (
-            fields is not None and length == loc.flat_len and loc.add_runs(where, n, nested, fields)
-        ):
+        elif length > 0 and length == loc.flat_len:
             for i in nested:  # located one by one (rows of several chunks)
                 loc.add(slots[i], trajs[i])
-        elif length > 0 and length == loc.flat_len:
-            stride = loc.stride_bytes
-            offsets = (
-                list(range(first * stride, (first + n) * stride, stride))
-                if type(where) is slice
-                else (where * stride).tolist()
-            )
-            if nested:  # located one by one (rows of several chunks); the others together
-                flat = list(trajs)
-                for i in reversed(nested):
-                    loc.add(slots[i], trajs[i])
-                    del offsets[i], flat[i]
+            if fields is None or not loc.add_runs(where, n, nested, fields):
+                stride = loc.stride_bytes
+                offsets = (
+                    list(range(first * stride, (first + n) * stride, stride))
+                    if type(where) is slice
+                    else (where * stride).tolist()
+                )
+                flat = trajs
+                if nested:  # the others together
+                    flat = list(trajs)
+                    for i in reversed(nested):
+                        del offsets[i], flat[i]
                 loc.add_flat_many(loc.array, offsets, flat)
-            else:
-                loc.add_flat_many(loc.array, offsets, trajs)
         else:
             _consume(map(loc.add, slots, trajs))
         counts = list(per_chunk.values())

@@ -173,6 +173,17 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
     ]
     for i in range(ncols):
         bit = 1 << i  # the column's squeeze flag, as a bit of the flags' index
+        # Consecutive steps of one history column (not empty): one slice if in one chunk.
+        run = [
+            f"        r = c{i}._refs",
+            "        f = r[0]",
+            "        last = r[-1]",
+            f"        p{i} = f.chunk",
+            f"        o{i} = f.offset",
+            f"        n{i} = len(r)",
+            f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
+            "            return None",
+        ]
         lines += [
             f"    t = type(c{i})",
             "    if t is CellRef:",
@@ -183,26 +194,12 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
             f"        n{i} = 1",
             f"        s{i} = {bit}",
             "    elif t is RunColumn:",  # history[path][-k:]: not empty, not squeezed
-            f"        r = c{i}._refs",
-            "        f = r[0]",
-            "        last = r[-1]",
-            f"        p{i} = f.chunk",
-            f"        o{i} = f.offset",
-            f"        n{i} = len(r)",
-            f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
-            "            return None",
+            *run,
             f"        s{i} = 0",
-            f"    elif t is TrajectoryColumn and c{i}._run:",
-            f"        r = c{i}._refs",
-            f"        n{i} = len(r)",
-            f"        if not n{i}:",
+            f"    elif t is TrajectoryColumn and c{i}._run:",  # a step-1 slice of a history
+            f"        if not c{i}._refs:",
             "            return None",
-            "        f = r[0]",
-            "        last = r[-1]",
-            f"        p{i} = f.chunk",
-            f"        o{i} = f.offset",
-            f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
-            "            return None",
+            *run,
             f"        s{i} = {bit} if c{i}._squeeze else 0",
             "    else:",
             "        return None",
