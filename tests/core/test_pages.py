@@ -58,6 +58,33 @@ def test_a_kernel_that_refuses_is_not_asked_again(monkeypatch):
     calls = []
     monkeypatch.setattr(pages, "_madvise", lambda *a: calls.append(a) or -1)
     monkeypatch.setattr(pages, "_enabled", True)
+    monkeypatch.setattr(pages, "resident", lambda address: False)  # fresh memory each time
     pages.empty((pages.MIN_BYTES * 2,), np.uint8)
     pages.empty((pages.MIN_BYTES * 2,), np.uint8)
     assert len(calls) == 1 and not pages.available()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore is Linux's")
+def test_resident_tells_fresh_memory_from_memory_in_use():
+    mm = mmap.mmap(-1, 4 * pages.PAGE)
+    try:
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+        assert not pages.resident(addr) and not pages.resident(addr + 3 * pages.PAGE + 5)
+        mm[3 * pages.PAGE] = 1
+        assert pages.resident(addr + 3 * pages.PAGE + 5) and not pages.resident(addr)
+    finally:
+        mm.close()
+
+
+def test_memory_already_in_use_is_not_populated_again(monkeypatch):
+    """Populating resident memory costs more than the copy it prepares: only fresh memory is
+    populated."""
+    calls = []
+    real = pages.populate
+    monkeypatch.setattr(pages, "populate", lambda a, n: calls.append(n) or real(a, n))
+    monkeypatch.setattr(pages, "resident", lambda address: True)
+    a = pages.empty((4, 84, 84, 4), np.uint8)
+    assert calls == [] and a.shape == (4, 84, 84, 4)
+    monkeypatch.setattr(pages, "resident", lambda address: False)
+    pages.empty((4, 84, 84, 4), np.uint8)
+    assert calls == ([4 * 84 * 84 * 4] if pages.available() else [])

@@ -14,6 +14,7 @@ items strictly need (with Fifo removal, no more).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -195,6 +196,7 @@ class ColumnChunker:
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
         self._rows = 0
+        self._row_bytes = 0
         self._buf: np.ndarray | None = None
         self._block: np.ndarray | None = None  # rows of this block are handed out in order
         self._block_ro: np.ndarray | None = None  # the same, read-only (what chunks refer to)
@@ -251,10 +253,9 @@ class ColumnChunker:
     def _start_chunk(self, episode_id: int) -> None:
         self._trim_current()
         rows = self._rows
-        row_bytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
-        if self.dtype.kind != "O" and row_bytes <= BLOCK_MAX_ROW_BYTES:
+        if self.dtype.kind != "O" and self._row_bytes <= BLOCK_MAX_ROW_BYTES:
             if self._block is None or self._block_next + rows > len(self._block):
-                nrows = max(rows, BLOCK_BYTES // max(1, row_bytes))
+                nrows = max(rows, BLOCK_BYTES // max(1, self._row_bytes))
                 self._block = np.empty((nrows, *self.shape), dtype=self.dtype)
                 self._block_ro = self._block.view()
                 self._block_ro.flags.writeable = False
@@ -311,10 +312,12 @@ class ColumnChunker:
         self.shape = arr.shape
         self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
+        #: Bytes of one row (computed once: numpy's ``prod`` costs microseconds a call).
+        self._row_bytes = arr.dtype.itemsize * math.prod(arr.shape)
         if self.max_chunk_length is not None:
             self._rows = self.max_chunk_length
         else:
-            row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape, dtype=np.int64)))
+            row_bytes = max(1, self._row_bytes)
             self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
 
     def append(self, value: Any, episode_id: int) -> CellRef:
