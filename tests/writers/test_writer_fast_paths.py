@@ -233,3 +233,57 @@ def test_a_partial_step_keeps_refs_live_as_before(client):
     w.append({"a": np.int64(1)})  # completes the step
     assert a0.expired and int(w.history["a"][-1].numpy()) == 1
     w.close()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5])
+def test_runs_across_two_chunks_hold_the_right_rows(client, chunk):
+    """A run that crosses from one chunk into the next is packed as two slices without a
+    look at each step (``pack_columns``): every window of every length, at every position
+    against the chunk boundaries, gives the steps it names; so do runs across three or more
+    chunks and runs whose first chunk was trimmed (``end_episode(clear_buffers=False)``)."""
+    from ostinato.writers.packing import merge_refs, pack_columns
+
+    w = client.trajectory_writer(8, max_chunk_length=chunk)
+    want = []
+    for i in range(12):
+        w.append({"a": np.int64(i), "b": np.full(2, i, np.float32)})
+        if i == 6:
+            w.end_episode(clear_buffers=False)  # the chunk being filled is trimmed
+        for k in range(1, min(i + 1, 8) + 1):
+            cols = [w.history["a"][-k:], w.history["b"][-k:]]
+            packed, _ = pack_columns(cols)
+            # The same slices as the general merge, column by column.
+            by_col = packed if isinstance(packed[0], tuple) else (packed[0:3], packed[3:6])
+            for col, got in zip(cols, by_col):
+                expect = merge_refs(col._refs, 0)
+                got = list(got) if isinstance(got[0], tuple) else [tuple(got)]
+                assert got == expect, (i, k)
+            w.create_item("queue", 1.0, {"a": cols[0], "b": cols[1]})
+            want.append(list(range(i - k + 1, i + 1)))
+    w.flush()
+    got = _drain(client, "queue", len(want))
+    for steps, (a, b) in zip(want, got):
+        assert a.tolist() == steps and b[:, 0].tolist() == steps
+    w.close()
+
+
+def test_history_slices_of_every_kind_of_start(client):
+    w = client.trajectory_writer(3)
+    w.append({"a": np.int64(-1)})
+    w.end_episode()  # clears the history
+    h = w.history["a"]
+    with pytest.raises(IndexError):
+        h[0]
+    assert len(h[0:]) == 0 and len(h[-1:]) == 0  # empty history: empty columns
+    for i in range(5):
+        w.append({"a": np.int64(i)})
+    assert [int(r.numpy()) for r in h[-3:]] == [2, 3, 4]
+    assert [int(r.numpy()) for r in h[np.int64(-2) :]] == [3, 4]  # numpy integers too
+    assert [int(r.numpy()) for r in h[-1:]] == [4]
+    with pytest.raises(ValueError, match="None"):
+        h[-4:]  # older than the writer keeps
+    with pytest.raises(TypeError):
+        h[-2.0:]
+    with pytest.raises(TypeError):
+        h["x":]
+    w.close()

@@ -94,26 +94,30 @@ class ColumnHistory:
     def __getitem__(self, index: Any) -> TrajectoryColumn:
         # Fast paths for the common ``h[-k]`` and ``h[-k:]`` (the newest k steps): the column
         # is built here, without a call (user code reads a column per item).
-        if type(index) is int:
+        t = type(index)
+        if t is int:
             buf = self._buf
             if index < 0 and -index <= len(buf):
                 ref = buf[index]
                 if ref is not None:
                     return ref  # a step's ref is its squeezed column
-        elif type(index) is slice:
+        elif t is slice and index.stop is None and index.step is None:
             start = index.start
-            if type(start) is int and start < 0 and index.stop is None and index.step is None:
-                buf = self._buf
-                n = len(buf)
-                if -start <= n:
-                    refs = (
-                        tuple(buf) if start == -n else tuple(itertools.islice(buf, n + start, None))
-                    )
-                    if not (self._holes and None in refs):
-                        col = RunColumn()
-                        col._refs = refs
-                        col._path = self._path
-                        return col
+            buf = self._buf
+            n = len(buf)
+            if type(start) is not int:  # None, numpy integers, bad types: the general path
+                refs = None
+            elif start == -n:  # the whole buffer (or nothing when it is empty: -0 == 0)
+                refs = tuple(buf)
+            elif -n < start < 0:
+                refs = tuple(itertools.islice(buf, n + start, None))
+            else:
+                refs = None
+            if refs and not (self._holes and None in refs):
+                col = RunColumn()
+                col._refs = refs
+                col._path = self._path
+                return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             n = self._offset + len(self._buf)
             i = int(index)

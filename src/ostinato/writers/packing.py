@@ -93,16 +93,27 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
                 f"(path {c._path}) has no steps."
             )
         first, last = refs[0], refs[-1]
-        if (
-            c._run
-            and last.chunk is first.chunk
-            and last.offset - first.offset == len(refs) - 1
-            and not first.expired
-        ):
-            # Consecutive steps of one history column in one chunk: one slice. (Rows of a
-            # chunk are the column's consecutive steps, and refs expire oldest first.)
-            packed += (first.chunk, first.offset, len(refs))
-            continue
+        if c._run and not first.expired:
+            # Consecutive steps of one history column: rows of a chunk are the column's
+            # consecutive steps, and refs expire oldest first.
+            n = len(refs)
+            if last.chunk is first.chunk and last.offset - first.offset == n - 1:
+                packed += (first.chunk, first.offset, n)  # in one chunk: one slice
+                continue
+            # Across two chunks (a chunk closed within the run): the first chunk's last rows,
+            # then the next chunk's first, found without looking at each step.
+            k = len(first.chunk.data) - first.offset
+            if 0 < k < n:
+                mid = refs[k]
+                if (
+                    refs[k - 1].chunk is first.chunk
+                    and mid.chunk is last.chunk
+                    and mid.offset == 0
+                    and last.offset == n - k - 1
+                ):
+                    flat = False
+                    packed.append([(first.chunk, first.offset, k), (last.chunk, 0, n - k)])
+                    continue
         slices = merge_refs(refs, len(squeeze) - 1)
         if len(slices) == 1:
             packed += slices[0]
