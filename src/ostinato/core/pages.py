@@ -92,7 +92,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     a = np.empty(shape, dtype)
     nbytes = a.nbytes
     if _enabled and MIN_BYTES <= nbytes <= MAX_EMPTY_BYTES and not a.dtype.hasobject:
-        address = _address(_as_chars(a))
+        address = _address(_as_chars(a))  # type: ignore[arg-type]  # ndarray is a buffer
         if not resident(address + nbytes // 2):
             populate(address, nbytes)
     return a
