@@ -179,6 +179,25 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
                     self.model.delete(victims[i - a])
 
         @precondition(lambda self: self.model.live)
+        @rule(k=st.integers(1, 8), extra=st.integers(0, 4), ps=st.data())
+        def insert_replacing_oldest(self, k, extra, ps):
+            """What a full table with a Fifo remover does: its ``k`` oldest items are the
+            victims, oldest first (a linked list cuts them off at once), their slots reused."""
+            live = self.model.live
+            victims = sorted(live, key=lambda s: live[s][1])[:k]
+            if hasattr(self.sel, "oldest"):
+                assert self.sel.oldest(len(victims)) == victims
+            top = max(live) + 1
+            slots = list(range(top, top + extra + 1)) + victims[:-1]
+            prios = [ps.draw(priorities) for _ in slots]
+            self.sel.insert_replacing(slots, prios, victims)
+            a = len(slots) - len(victims)
+            for i, (s, p) in enumerate(zip(slots, prios)):
+                self.model.insert(s, p)
+                if i >= a:
+                    self.model.delete(victims[i - a])
+
+        @precondition(lambda self: self.model.live)
         @rule(data=st.data(), p=priorities)
         def update(self, data, p):
             slot = data.draw(st.sampled_from(sorted(self.model.live)))

@@ -121,8 +121,25 @@ class _Ordered(ItemSelector):
     ) -> None:
         # The list ends the same whether each victim is unlinked right after an insert or
         # all of them first: a victim is never one of the slots inserted after it.
-        for v in victims:
-            self.delete(v)
+        k = len(victims)
+        nxt = self._next
+        if (
+            k
+            and victims[0] == self._head
+            and list(map(nxt.__getitem__, victims[:-1])) == list(victims[1:])
+        ):
+            # The k oldest, oldest first (what a full table with a Fifo remover evicts): the
+            # list's head is cut off at once instead of unlinking them one by one.
+            head = nxt[victims[-1]]
+            self._head = head
+            if head >= 0:
+                self._prev[head] = -1
+            else:
+                self._tail = -1
+            self._n -= k
+        else:
+            for v in victims:
+                self.delete(v)
         self.insert_many(slots, priorities)
 
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
