@@ -179,7 +179,7 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
                     self.model.delete(victims[i - a])
 
         @precondition(lambda self: self.model.live)
-        @rule(k=st.integers(1, 8), extra=st.integers(0, 4), ps=st.data())
+        @rule(k=st.integers(1, 12), extra=st.integers(0, 4), ps=st.data())
         def insert_replacing_oldest(self, k, extra, ps):
             """What a full table with a Fifo remover does: its ``k`` oldest items are the
             victims, oldest first (a linked list cuts them off at once), their slots reused."""
@@ -489,3 +489,33 @@ def test_sum_tree_set_many_has_no_cancellation_error():
     tree.set_many(np.array([0]), np.array([1.0]))
     assert tree.total == 12.0
     assert tree.find(0.5) == 0 and tree.find(1.5) == 1 and tree.find(2.5) == 2
+
+
+@pytest.mark.parametrize("factory", [Fifo, Lifo])
+def test_victims_in_slot_order_but_not_in_list_order_are_unlinked_one_by_one(factory):
+    """Consecutive victim slots that start at the list's head but are linked in another order
+    are not the oldest run: the list is not cut, each is unlinked."""
+    sel = factory()
+    order = [0, 8, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
+    for s in order:
+        sel.insert(s, 1.0)
+    victims = list(range(8))  # slots 0-7: the head is 0, but 8 (not a victim) comes second
+    sel.insert_replacing([12, *victims[:-1]], [1.0] * 8, victims)
+    want = [s for s in order if s not in victims] + [12, *victims[:-1]]
+    assert sel.ordered_slots() == want
+    assert sel.num_items() == len(want)
+    assert sel.oldest(len(want)) == want
+
+
+@pytest.mark.parametrize("factory", [Fifo, Lifo])
+def test_the_oldest_run_is_cut_off_at_once(factory):
+    sel = factory()
+    sel.insert_many(range(20), [1.0] * 20)
+    victims = sel.oldest(10)
+    assert victims == list(range(10))
+    sel.insert_replacing([20, *victims[:-1]], [1.0] * 10, victims)
+    assert sel.ordered_slots() == [*range(10, 21), *range(9)]
+    assert sel.oldest(3) == [10, 11, 12] and sel.num_items() == 20
+    victims = sel.oldest(20)  # every item: the list is cut to nothing, then refilled
+    sel.insert_replacing([30, *victims[:-1]], [1.0] * 20, victims)
+    assert sel.ordered_slots() == [30, *victims[:-1]] and sel.num_items() == 20

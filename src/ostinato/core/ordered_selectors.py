@@ -123,11 +123,7 @@ class _Ordered(ItemSelector):
         # all of them first: a victim is never one of the slots inserted after it.
         k = len(victims)
         nxt = self._next
-        if (
-            k
-            and victims[0] == self._head
-            and list(map(nxt.__getitem__, victims[:-1])) == list(victims[1:])
-        ):
+        if k and victims[0] == self._head and self._is_chain(victims):
             # The k oldest, oldest first (what a full table with a Fifo remover evicts): the
             # list's head is cut off at once instead of unlinking them one by one.
             head = nxt[victims[-1]]
@@ -145,11 +141,24 @@ class _Ordered(ItemSelector):
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         return (self._tail if self._newest_first else self._head), 1.0
 
+    def _is_chain(self, slots: Sequence[int]) -> bool:
+        """Whether each of ``slots`` (a list) is linked to the next, in order."""
+        nxt = self._next
+        s = slots[0]
+        k = len(slots)
+        if k >= 8 and slots[-1] == s + k - 1 and s + k <= len(nxt):
+            # Consecutive slots (a batch reuses its victims' slots in order): compared with
+            # C-level slices instead of one lookup per slot.
+            return list(slots) == list(range(s, s + k)) and nxt[s : s + k - 1] == _run(s + 1, s + k)
+        return list(map(nxt.__getitem__, slots[:-1])) == list(slots[1:])
+
     def oldest(self, k: int) -> list[int]:
         """The ``k`` oldest slots, oldest first (at most as many as there are)."""
-        out: list[int] = []
         s = self._head
         nxt = self._next
+        if 8 <= k <= self._n and s + k <= len(nxt) and nxt[s : s + k - 1] == _run(s + 1, s + k):
+            return list(range(s, s + k))  # consecutive slots, linked in order: no walk
+        out: list[int] = []
         while s >= 0 and len(out) < k:
             out.append(s)
             s = nxt[s]
