@@ -45,6 +45,8 @@ def _table(sampler: str, remover: str, max_size: int, mts: int) -> Table:
 
 _BLOCK = np.zeros((64, 2), np.float32)
 _BLOCK_CODE = register_block(_BLOCK)
+_ROWS = np.zeros((8192, 2), np.float32)  # a row per item's chunk (keys up to 8191)
+_ROWS_CODE = register_block(_ROWS)
 
 
 def _items(n: int, seed: int) -> list[tuple]:
@@ -96,6 +98,12 @@ def _state(t: Table) -> tuple:
     stride = s.locations._stride
     rows = [tuple(s.locations.array[v * stride : (v + 1) * stride]) for _, v in slots]
     located = [row if row and row[0] else (0,) for row in rows]  # an unlocated row: unread
+    # A slot without an item holds nothing (no trajectory keeping chunks alive, no location).
+    live = {v for _, v in slots}
+    for v in range(len(s.traj)):
+        if v not in live:
+            assert s.traj[v] is None and s.squeeze[v] is None, v
+            assert not stride or s.locations.array[v * stride] == 0, v
     return (
         slots,
         located,
@@ -191,10 +199,16 @@ def test_a_full_fifo_table_takes_a_batch_at_once(sampler, size, batch):
     step, evicting its oldest items, and ends as one-by-one inserts would."""
     one, many = _table(sampler, "fifo", size, 0), _table(sampler, "fifo", size, 0)
 
-    # Chunks of their own per item: no episode is shared between old and new items.
+    # Chunks of their own per item: no episode is shared between old and new items. Each is
+    # a row of a registered block, as a writer's are: the items are located.
     def items(first: int, n: int) -> list[tuple]:
         return [
-            (k, 1.0 + k % 3, (Chunk(k, np.zeros((1, 2), np.float32), episode_id=k), 0, 1), (True,))
+            (
+                k,
+                1.0 + k % 3,
+                (Chunk(k, _ROWS[k : k + 1], episode_id=k, origin=(_ROWS_CODE, k)), 0, 1),
+                (True,),
+            )
             for k in range(first, first + n)
         ]
 

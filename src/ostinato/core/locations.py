@@ -321,6 +321,11 @@ class Locations:
         if self._stride:
             self.array[slot * self._stride] = 0
 
+    def remove_run(self, start: int, stop: int) -> None:
+        """Forgets the items in slots ``start`` to ``stop - 1`` (one numpy assignment)."""
+        if self._view is not None:
+            self._view[start:stop, 0] = 0
+
     def clear(self) -> None:
         """Forgets every item (the shape of item learned is kept)."""
         if self._view is not None:

@@ -277,12 +277,25 @@ class Slots:
     def _forget(self, slots: Sequence[int]) -> None:
         """:meth:`remove` of each of ``slots`` but for their chunk and episode references and
         the free list (the caller's)."""
-        keys = list(map(self.a_keys.__getitem__, slots))
+        if not slots:
+            return
+        first, k = slots[0], len(slots)
+        # Consecutive slots (a full Fifo table between wrap-arounds): slices, not a step each.
+        run = k > 1 and slots[-1] == first + k - 1 and list(slots) == list(range(first, first + k))
+        keys = (
+            self.a_keys[first : first + k].tolist()
+            if run
+            else list(map(self.a_keys.__getitem__, slots))
+        )
         _consume(map(self.key_to_slot.__delitem__, keys))
         if self.recent or self.recent_old:
             for key in keys:
                 self.recent.pop(key, None)
                 self.recent_old.pop(key, None)
+        if run:
+            self.locations.remove_run(first, first + k)
+            self.traj[first : first + k] = self.squeeze[first : first + k] = [None] * k
+            return
         _consume(map(self.locations.remove, slots))
         traj = self.traj
         squeeze = self.squeeze
