@@ -204,6 +204,10 @@ class InsertStream:
             self._read(call, stop)  # until the server ends the call
         finally:
             self._quiesce(stop)
+            # The call is over: let it go now, in this thread, not with the stream (perhaps
+            # at the interpreter's exit: see ``_read``).
+            self._call = None
+            del call
         err, self._call_error = self._call_error, None
         if err is not None:
             return err
@@ -312,6 +316,12 @@ class InsertStream:
                     if out.queue:  # the generator may wait for a request slot
                         self._send.notify()
         except grpc.RpcError as e:
+            # The exception is gRPC's call object itself, and its traceback's frames refer to
+            # it: a cycle that only the garbage collector frees, perhaps at the interpreter's
+            # exit, where the call's __del__ can wait forever for a lock that one of gRPC's
+            # daemon threads, stopped by the exit, holds (a process that never ends, about
+            # once in 300 exits under load). Cut it: the traceback is not needed.
+            e.__traceback__ = None
             reason = shm_refusal(e)
             if reason is not None:
                 self._t.use_shm = False
