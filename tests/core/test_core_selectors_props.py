@@ -170,7 +170,10 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
             slots: list[int] | range = fresh + victims[:-1]
             if as_range and len(victims) == 1:
                 slots = range(top, top + extra + 1)
-            prios = [data.draw(priorities) for _ in slots]
+            self._replace(slots, [data.draw(priorities) for _ in slots], victims)
+
+        def _replace(self, slots, prios, victims):
+            """``insert_replacing`` on the selector and, step by step, on the model."""
             self.sel.insert_replacing(slots, prios, victims)
             a = len(slots) - len(victims)
             for i, (s, p) in enumerate(zip(slots, prios)):
@@ -189,13 +192,7 @@ def _machine(kind: str, factory, priorities, exponent: float | None = None):
                 assert self.sel.oldest(len(victims)) == victims
             top = max(live) + 1
             slots = list(range(top, top + extra + 1)) + victims[:-1]
-            prios = [ps.draw(priorities) for _ in slots]
-            self.sel.insert_replacing(slots, prios, victims)
-            a = len(slots) - len(victims)
-            for i, (s, p) in enumerate(zip(slots, prios)):
-                self.model.insert(s, p)
-                if i >= a:
-                    self.model.delete(victims[i - a])
+            self._replace(slots, [ps.draw(priorities) for _ in slots], victims)
 
         @precondition(lambda self: self.model.live)
         @rule(data=st.data(), p=priorities)
