@@ -18,6 +18,7 @@ from ostinato.core.selector_base import (
     _grow,
     _minus_ones,
     _run,
+    consecutive,
 )
 from ostinato.core.table_info import HeapOptions, KeyDistributionOptions
 
@@ -141,22 +142,24 @@ class _Ordered(ItemSelector):
     def sample(self, rng: np.random.Generator) -> tuple[int, float]:
         return (self._tail if self._newest_first else self._head), 1.0
 
-    def _is_chain(self, slots: Sequence[int]) -> bool:
-        """Whether each of ``slots`` (a list) is linked to the next, in order."""
+    def _linked_run(self, s: int, k: int) -> bool:
+        """Whether slots ``s`` to ``s + k - 1`` are each linked to the next (compared with
+        C-level slices instead of one lookup per slot)."""
         nxt = self._next
-        s = slots[0]
-        k = len(slots)
-        if k >= 8 and slots[-1] == s + k - 1 and s + k <= len(nxt):
-            # Consecutive slots (a batch reuses its victims' slots in order): compared with
-            # C-level slices instead of one lookup per slot.
-            return list(slots) == list(range(s, s + k)) and nxt[s : s + k - 1] == _run(s + 1, s + k)
-        return list(map(nxt.__getitem__, slots[:-1])) == list(slots[1:])
+        return s + k <= len(nxt) and nxt[s : s + k - 1] == _run(s + 1, s + k)
+
+    def _is_chain(self, slots: Sequence[int]) -> bool:
+        """Whether each of ``slots`` (not empty) is linked to the next, in order."""
+        if len(slots) >= 8 and consecutive(slots) is not None:
+            # Consecutive slots (a batch reuses its victims' slots in order).
+            return self._linked_run(slots[0], len(slots))
+        return list(map(self._next.__getitem__, slots[:-1])) == list(slots[1:])
 
     def oldest(self, k: int) -> list[int]:
         """The ``k`` oldest slots, oldest first (at most as many as there are)."""
         s = self._head
         nxt = self._next
-        if 8 <= k <= self._n and s + k <= len(nxt) and nxt[s : s + k - 1] == _run(s + 1, s + k):
+        if 8 <= k <= self._n and self._linked_run(s, k):
             return list(range(s, s + k))  # consecutive slots, linked in order: no walk
         out: list[int] = []
         while s >= 0 and len(out) < k:

@@ -21,6 +21,18 @@ def _minus_ones(arr: array.array, top: int) -> array.array:
     return _MINUS_ONES * ((top + 1 - len(arr)) // len(_MINUS_ONES) + 1)
 
 
+def consecutive(seq: Sequence[int]) -> range | None:
+    """``seq`` (not empty) as a ``range`` when it is the consecutive slots ``seq[0]``,
+    ``seq[0] + 1``, ... -- a batch's slots in a fresh table, a full Fifo table's victims
+    between wrap-arounds -- else None. Compared in C (its ends, then one list comparison)."""
+    first = seq[0]
+    k = len(seq)
+    if seq[-1] != first + k - 1:
+        return None
+    run = range(first, first + k)
+    return run if (seq if type(seq) is list else list(seq)) == list(run) else None
+
+
 def _run(start: int, stop: int) -> array.array:
     """``array("q", range(start, stop))``: from 8 elements on made by numpy (built from a
     ``range`` an array converts each element in turn, about 640 CPU instructions each; numpy

@@ -23,6 +23,7 @@ from ostinato.core import items as items_lib
 from ostinato.core.chunk_counts import count_chunks, count_located
 from ostinato.core.chunks import Chunk, ChunkStore
 from ostinato.core.locations import LocatedCall, Locations
+from ostinato.core.selector_base import consecutive
 from ostinato.core.untrack import untrack, untrack_objects
 
 _INITIAL_CAPACITY = 64
@@ -216,9 +217,9 @@ class Slots:
         if len(self.key_to_slot) + n > UNTRACK_FROM:  # kept out of full garbage collections
             untrack(trajs, all_flat=length > 0 and not nested)
         first = slots[0]
-        run = range(first, first + n)
+        run = consecutive(slots)
         seq = self.next_seq
-        if slots[-1] == first + n - 1 and slots == list(run):
+        if run is not None:
             # Consecutive slots (a fresh table, or a full Fifo table between wrap-arounds):
             # slices instead of an index per item, here and in the selectors (given the range).
             where: Any = slice(first, first + n)
@@ -279,12 +280,12 @@ class Slots:
         the free list (the caller's)."""
         if not slots:
             return
-        first, k = slots[0], len(slots)
         # Consecutive slots (a full Fifo table between wrap-arounds): slices, not a step each.
-        run = k > 1 and slots[-1] == first + k - 1 and list(slots) == list(range(first, first + k))
+        run = consecutive(slots)
+        first, k = slots[0], len(slots)
         keys = (
             self.a_keys[first : first + k].tolist()
-            if run
+            if run is not None
             else list(map(self.a_keys.__getitem__, slots))
         )
         _consume(map(self.key_to_slot.__delitem__, keys))
@@ -292,7 +293,7 @@ class Slots:
             for key in keys:
                 self.recent.pop(key, None)
                 self.recent_old.pop(key, None)
-        if run:
+        if run is not None:
             self.locations.remove_run(first, first + k)
             self.traj[first : first + k] = self.squeeze[first : first + k] = [None] * k
             return
