@@ -33,7 +33,10 @@ def test_a_step_s_ref_is_its_squeezed_column(client):
     w.append({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.int64(4)})
     col = w.history["a"][-1]
     assert isinstance(col, CellRef) and isinstance(col, reverb.TrajectoryColumn)
-    assert col is w.history["a"][0] is w.history["a"][-1]  # made once, by append
+    # A ref is made when the step is read (the writer keeps value indices): every read of
+    # the step refers to the same value.
+    again = w.history["a"][0]
+    assert again is not col and (again.chunk, again.offset) == (col.chunk, col.offset)
     assert col.is_squeezed and len(col) == 1 and list(col) == [col]
     assert col.shape == (2, 3) and col.dtype == np.float32
     np.testing.assert_array_equal(col.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -88,7 +91,7 @@ def test_a_history_run_is_a_column_like_any_other(client):
     run = h[-3:]
     assert isinstance(run, reverb.TrajectoryColumn) and not run.is_squeezed
     assert len(run) == 3 and list(run) == [h[2], h[3], h[4]]
-    assert run[0] is h[2] and run[-1] is h[-1]
+    assert run[0] == h[2] and run[-1] == h[-1]  # refs to the same values
     assert run.shape == (3, 2) and run.dtype == np.float32
     np.testing.assert_array_equal(run.numpy(), [[2, 2], [3, 3], [4, 4]])
     assert run[1:].numpy().tolist() == [[3, 3], [4, 4]]

@@ -1,7 +1,8 @@
 """Per-column chunkers: turn appended values into rows of shared chunks.
 
 A chunker owns one column of one writer. Each appended value becomes one row of the chunk
-being filled and a :class:`CellRef` points at that row. Rows are written into a preallocated
+being filled; values are numbered in order (``0, 1, ...``), and a :class:`CellRef`, made when
+a step is read, points at a value's row by its number. Rows are written into a preallocated
 array, so an item may refer to rows of a chunk that is still being filled: rows never move and
 are never rewritten, so readers in other threads see finished rows only.
 
@@ -15,7 +16,6 @@ items strictly need (with Fifo removal, no more).
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -112,20 +112,25 @@ _FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.compl
 
 class CellRef(TrajectoryColumn):
     """A reference to one appended value (Reverb's ``WeakCellRef``), which is also that step's
-    squeezed :class:`TrajectoryColumn` (what ``history[path][i]`` returns: one object per
-    step, made once by the writer, instead of a new column at every read).
+    squeezed :class:`TrajectoryColumn` (what ``history[path][i]`` returns).
 
-    It expires when it leaves the writer's keep-alive window or the episode's buffers are
-    cleared; items created from it before that keep the data alive regardless. As a ref, its
-    ``shape`` is a tuple (Reverb's ``WeakCellRef.shape`` is a list; its squeezed column's, the
-    same shape, is a tuple here too).
+    The writer keeps no ref per value: a column's history holds the values' indices, and a
+    ref is made when user code reads a step (see :mod:`ostinato.writers.columns`). It expires
+    when its value leaves the writer's keep-alive window or the episode's buffers are cleared
+    (``expired`` compares the value's index with the chunker's window); items created from it
+    before that keep the data alive regardless. As a ref, its ``shape`` is a tuple (Reverb's
+    ``WeakCellRef.shape`` is a list; its squeezed column's, the same shape, is a tuple here
+    too).
     """
 
-    __slots__ = ("chunk", "offset", "chunker", "expired")
-    chunk: Chunk
+    __slots__ = ("chunk", "offset", "chunker", "v")
+    #: The chunk holding the value (None for a ref made after its value expired and its chunk
+    #: was let go) and its row there.
+    chunk: Chunk | None
     offset: int
     chunker: ColumnChunker
-    expired: bool
+    #: The value's index among all values of its chunker (0, 1, ...).
+    v: int
 
     # As a column: the one step, squeezed. (Class attributes, read through the subclass, in
     # place of TrajectoryColumn's slots, which a CellRef leaves unset: no reference cycle.)
@@ -140,15 +145,24 @@ class CellRef(TrajectoryColumn):
     def _path(self) -> tuple[Any, ...]:
         return self.chunker.path
 
-    #: Made by the chunker with no arguments and its fields set one by one (``CellRef()``
-    #: then calls no Python ``__init__``: the cheapest object a writer makes per value).
+    @property
+    def _chunker(self) -> ColumnChunker:
+        return self.chunker
+
+    @property
+    def expired(self) -> bool:
+        """The value has left the keep-alive window (or the buffers were cleared)."""
+        return self.v < self.chunker._live_from
+
+    #: Made with no arguments and its fields set one by one (``CellRef()`` then calls no
+    #: Python ``__init__``): see :meth:`ColumnChunker.ref`.
     __init__ = object.__init__  # type: ignore[assignment]
 
     # shape, dtype and len() are TrajectoryColumn's, read through ``_refs``.
 
     def numpy(self) -> np.ndarray:
         # Its own (TrajectoryColumn's reads the one ref's numpy(), this).
-        if self.expired:
+        if self.expired or self.chunk is None:
             # Either of Reverb's messages: this is a ref and a column.
             raise RuntimeError(
                 "Cannot convert TrajectoryColumn with expired data references to numpy array "
@@ -156,8 +170,18 @@ class CellRef(TrajectoryColumn):
             )
         return np.array(self.chunk.data[self.offset])
 
+    def __eq__(self, other: object) -> bool:
+        # Refs are made per read: two refs to one value are equal.
+        if type(other) is not CellRef:
+            return NotImplemented
+        return self.v == other.v and self.chunker is other.chunker
+
+    def __hash__(self) -> int:
+        return hash((id(self.chunker), self.v))
+
     def __repr__(self) -> str:
-        return f"CellRef(chunk={self.chunk.key}, offset={self.offset}, expired={self.expired})"
+        key = None if self.chunk is None else self.chunk.key
+        return f"CellRef(chunk={key}, offset={self.offset}, expired={self.expired})"
 
 
 #: ``ColumnChunker._n`` when no chunk is being filled: more rows than any chunk has.
@@ -169,7 +193,8 @@ class ColumnChunker:
 
     Args:
       path: the column's path in the step structure (for error messages).
-      num_keep_alive_refs: how many of the newest refs stay valid.
+      num_keep_alive_refs: how many of the newest values stay live (refs to older ones
+        expire).
       max_chunk_length: rows per chunk, or ``None`` to size chunks by bytes.
     """
 
@@ -181,8 +206,8 @@ class ColumnChunker:
         history: ColumnHistory | None = None,
     ):
         self.path = path
-        #: The column's history, which each ref is appended to (by :meth:`append` itself: one
-        #: call per value instead of two), or None.
+        #: The column's history (which reads its steps' values from this chunker's counters),
+        #: or None.
         self.history = history
         self.num_keep_alive_refs = num_keep_alive_refs
         self.max_chunk_length = max_chunk_length
@@ -206,38 +231,23 @@ class ColumnChunker:
         self._chunk: Chunk | None = None
         self._n = _NO_ROOM  # rows of the chunk being filled (_NO_ROOM: none is)
         self._episode: int | None = None
-        self._last_step = -1
-        self._live: deque[CellRef] = deque()
-        #: The keep-alive window is the history's buffer itself (see :meth:`_share_window`):
-        #: ``_live`` is then unused.
-        self._shared = False
-        self._share_window()
-
-    def _share_window(self) -> None:
-        """Uses the history's buffer as the keep-alive window when the two are the same: the
-        buffer holds as many steps as refs stay live, has no step without a value (None),
-        and the chunker holds no live ref of its own. A ref then expires as it leaves the
-        buffer, and ``append`` keeps one deque instead of two. The history calls
-        :meth:`_stop_sharing` before it stops being that window."""
-        hist = self.history
-        if (
-            hist is not None
-            and not self._shared
-            and not self._live
-            and not hist._buf
-            and hist._size == self.num_keep_alive_refs
-        ):
-            self._shared = True
-            hist._unshare = self._stop_sharing
-
-    def _stop_sharing(self) -> None:
-        """Takes the keep-alive window back from the history: the refs in its buffer (all live,
-        none None while shared)."""
-        hist = self.history
-        assert hist is not None
-        self._live = deque(hist._buf)  # type: ignore[arg-type]  # no None while shared
-        self._shared = False
-        hist._unshare = None
+        #: Values appended so far: the next value's index (``CellRef.v``).
+        self._count = 0
+        #: Values of a lower index have expired (left the keep-alive window, or the buffers
+        #: were cleared). Never decreases.
+        self._live_from = 0
+        #: ``(first value index, chunk)`` of the chunks that may hold live values, oldest
+        #: first; the newest is also kept apart (``_last_first``, ``_last_chunk``), even once
+        #: closed, as every value from ``_last_first`` on is in it.
+        self._spans: list[tuple[int, Chunk]] = []
+        self._last_first = 0
+        self._last_chunk: Chunk | None = None
+        #: The history, while it keeps its steps' value indices in a buffer (a step without a
+        #: value, see :class:`~ostinato.writers.columns.ColumnHistory`): each value's index is
+        #: pushed to it. None while the history's steps are this chunker's values in order.
+        self._hole_history: ColumnHistory | None = None
+        if history is not None:
+            history._attach(self)
 
     def _spec_error(self, arr: np.ndarray) -> ValueError:
         if arr.dtype != self.dtype:
@@ -275,11 +285,21 @@ class ColumnChunker:
             view.flags.writeable = False
             origin = None
             self._chunk_start = None
-        self._chunk = Chunk(
+        self._chunk = chunk = Chunk(
             new_key(), view, episode_id, nbytes=view.nbytes, spec=self._spec, origin=origin
         )
         self._n = 0
         self._episode = episode_id
+        spans = self._spans
+        live_from = self._live_from
+        while spans:  # let go of the oldest chunks while they hold no live value
+            end = spans[1][0] if len(spans) > 1 else self._count
+            if end > live_from:
+                break
+            spans.pop(0)
+        spans.append((self._count, chunk))
+        self._last_first = self._count
+        self._last_chunk = chunk
 
     def _trim_current(self) -> None:
         """Shrinks a partly filled chunk that will get no more rows: a chunk of a block gives its
@@ -320,9 +340,11 @@ class ColumnChunker:
             row_bytes = max(1, self._row_bytes)
             self._rows = int(max(1, min(MAX_AUTO_ROWS, TARGET_CHUNK_BYTES // row_bytes)))
 
-    def append(self, value: Any, episode_id: int) -> CellRef:
-        """Stores one value and appends the ref to it to :attr:`history`; returns the ref.
-        Validates dtype and shape."""
+    def append(self, value: Any, episode_id: int) -> None:
+        """Stores one value (the next value index, :attr:`_count`). Validates dtype and shape.
+
+        No ref is made: the history reads the value by its index (see
+        :class:`~ostinato.writers.columns.ColumnHistory`)."""
         # Fast path: a value stored as it is, with room in the chunk being filled (a chunk is
         # closed at the end of an episode, so it is always of this episode). That is a numpy
         # scalar of a column of scalars of its type (one identity check: such a scalar's dtype
@@ -339,29 +361,12 @@ class ColumnChunker:
         else:
             n = self._store_slow(value, episode_id)
         self._n = n + 1
-        ref = CellRef()
-        ref.chunk = self._chunk
-        ref.offset = n
-        ref.chunker = self
-        ref.expired = False
-        hist = self.history
-        if self._shared:  # the history's buffer is the keep-alive window
-            buf = hist._buf  # type: ignore[union-attr]
-            if len(buf) == hist._size:  # type: ignore[union-attr]
-                hist._offset += 1  # type: ignore[union-attr]
-                buf[0].expired = True  # type: ignore[union-attr]  # leaves the window
-            buf.append(ref)
-            return ref
-        live = self._live
-        if len(live) >= self.num_keep_alive_refs:
-            live.popleft().expired = True
-        live.append(ref)
-        if hist is not None:  # ColumnHistory.append(ref), inline
-            buf = hist._buf
-            if len(buf) == hist._size:
-                hist._offset += 1
-            buf.append(ref)
-        return ref
+        self._count = v = self._count + 1
+        v -= self.num_keep_alive_refs  # the oldest live value from now on
+        if v > self._live_from:
+            self._live_from = v
+        if self._hole_history is not None:
+            self._hole_history._push(self._count - 1)
 
     def _store_slow(self, value: Any, episode_id: int) -> int:
         """Stores what :meth:`append`'s fast path does not -- the first value, a dtype/shape
@@ -388,10 +393,47 @@ class ColumnChunker:
         return n
 
     def live_chunk_keys(self) -> set[int]:
-        """Keys of the chunks holding the values whose refs are still live."""
-        if self._shared:
-            return {r.chunk.key for r in list(self.history._buf)}  # type: ignore[union-attr]
-        return {r.chunk.key for r in list(self._live)}
+        """Keys of the chunks holding the values that are still live."""
+        keys = set()
+        spans = self._spans
+        for i, (first, chunk) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else self._count
+            if end > self._live_from and end > first:
+                keys.add(chunk.key)
+        return keys
+
+    def locate(self, v: int) -> tuple[Chunk | None, int]:
+        """The chunk holding value ``v`` and its row there; ``(None, -1)`` once the chunk of
+        an expired value has been let go."""
+        if v >= self._last_first:
+            if self._last_chunk is None:
+                return None, -1
+            return self._last_chunk, v - self._last_first
+        for first, chunk in reversed(self._spans):
+            if v >= first:
+                return chunk, v - first
+        return None, -1
+
+    def ref(self, v: int) -> CellRef:
+        """A new ref to value ``v``."""
+        r = CellRef()
+        r.chunk, r.offset = self.locate(v)
+        r.chunker = self
+        r.v = v
+        return r
+
+    def slices(self, v: int, n: int) -> list[tuple[Chunk, int, int]]:
+        """The chunk slices ``(chunk, offset, length)`` of the ``n`` values from ``v`` on (live
+        values: see :attr:`_live_from`), oldest first."""
+        out = []
+        end = v + n
+        spans = self._spans
+        for i, (first, chunk) in enumerate(spans):
+            last = spans[i + 1][0] if i + 1 < len(spans) else self._count
+            lo, hi = max(v, first), min(end, last)
+            if lo < hi:
+                out.append((chunk, lo - first, hi - lo))
+        return out
 
     def release_spare_rows(self) -> None:
         """Closes the chunk being filled (trimming its unused rows); the next value starts a new
@@ -399,17 +441,16 @@ class ColumnChunker:
         self._trim_current()
 
     def end_episode(self, clear_buffers: bool) -> None:
-        """Closes the current chunk; with ``clear_buffers`` every live ref expires and the
+        """Closes the current chunk; with ``clear_buffers`` every live value expires and the
         history is emptied."""
         self._trim_current()
         if clear_buffers:
-            hist = self.history
-            for r in hist._buf if self._shared else self._live:  # type: ignore[union-attr]
-                r.expired = True  # type: ignore[union-attr]  # no None while shared
-            self._live.clear()
-            if hist is not None:
-                hist.reset()  # then the window can be shared again
-                self._share_window()
+            self._live_from = self._count
+            self._spans = []
+            self._last_first = self._count
+            self._last_chunk = None
+            if self.history is not None:
+                self.history.reset()
 
     def configure(self, num_keep_alive_refs: int, max_chunk_length: int | None) -> None:
         self.num_keep_alive_refs = num_keep_alive_refs
@@ -419,7 +460,4 @@ class ColumnChunker:
             self._rows = max_chunk_length
         elif self.dtype is not None:
             self._first_value(np.empty(self.shape, self.dtype))
-        if self._shared:
-            self._stop_sharing()
-        while len(self._live) > num_keep_alive_refs:
-            self._live.popleft().expired = True
+        self._live_from = max(self._live_from, self._count - num_keep_alive_refs)

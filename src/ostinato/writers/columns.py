@@ -5,85 +5,149 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ostinato.writers.chunker import CellRef
 from ostinato.writers.trajectory_column import RunColumn, TrajectoryColumn
 
+if TYPE_CHECKING:
+    from ostinato.writers.chunker import ColumnChunker
+
 
 class ColumnHistory:
-    """The refs of one column over the current episode (``writer.history[path]``).
+    """The steps of one column over the current episode (``writer.history[path]``).
 
-    ``len()`` counts every step of the episode; only the newest ``buffer_size`` refs are kept,
+    ``len()`` counts every step of the episode; only the newest ``buffer_size`` steps are kept,
     older steps read as ``None``. Indexing follows Python's list semantics exactly (unlike
     Reverb, ``h[len(h)]`` raises ``IndexError`` and ``h[i:len(h)]`` is not empty).
+
+    A history holds no ref per step. While every step of the episode has a value (the usual
+    case), step ``i`` is simply its chunker's value ``base + i``: appending a value changes
+    nothing here, and reading a step makes its :class:`CellRef` (or, for ``h[-k:]``, a
+    :class:`RunColumn` of ``k`` value indices) from the chunker's counters. Once a step has no
+    value (``None``: a partial step, a column missing from a step, a column that appeared
+    after the episode's first step), the history keeps the value index of each step it holds,
+    or None, in a buffer, until the buffers are cleared (``end_episode``).
     """
 
-    __slots__ = ("_path", "_buf", "_offset", "_size", "_holes", "_unshare")
+    __slots__ = ("_path", "_size", "_chunker", "_base", "_lo", "_buf", "_offset", "_holes")
 
     def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
         self._path = path
         self._size = buffer_size
-        self._buf: deque[CellRef | None] = deque(maxlen=buffer_size)
-        self._offset = history_padding  # steps before the buffer (dropped or never written)
-        for _ in range(min(history_padding, buffer_size)):
-            self._buf.append(None)
-        self._offset = history_padding - len(self._buf)
+        #: The column's chunker (set by it: :meth:`_attach`).
+        self._chunker: ColumnChunker = None  # type: ignore[assignment]
+        #: Without a buffer: the value index of the episode's step 0, and the lowest value
+        #: index the history still holds (raised when it shrinks); steps below it, and below
+        #: the newest ``buffer_size``, read as None.
+        self._base = 0
+        self._lo = 0
+        #: With a buffer (None without): the newest steps' value indices or None, after
+        #: ``_offset`` steps no longer held.
+        self._buf: deque[int | None] | None = None
+        self._offset = 0
         #: False while no step of the buffer is None (since the last reset): slices need not
         #: look for one.
-        self._holes = bool(self._buf)
-        #: Set while the column's chunker uses this buffer as its keep-alive window
-        #: (``ColumnChunker`` "shared window"): called before the buffer stops being exactly
-        #: that window (its first None, a new size), so that the chunker keeps its own again.
-        self._unshare: Callable[[], None] | None = None
-
-    def append(self, ref: CellRef | None) -> None:
-        # ColumnChunker.append does this inline for the refs it makes (never None): keep both.
-        if ref is None:
-            if self._unshare is not None:
-                self._unshare()
+        self._holes = False
+        if history_padding:
+            buf: deque[int | None] = deque(maxlen=buffer_size)
+            for _ in range(min(history_padding, buffer_size)):
+                buf.append(None)
+            self._buf = buf
+            self._offset = history_padding - len(buf)
             self._holes = True
-        if len(self._buf) == self._size:
+
+    def _attach(self, chunker: ColumnChunker) -> None:
+        self._chunker = chunker
+        self._base = self._lo = chunker._count
+        if self._buf is not None:
+            chunker._hole_history = self
+
+    def _to_buffer(self) -> deque[int | None]:
+        """Starts keeping the steps' value indices in a buffer (a step without a value is
+        coming)."""
+        buf = self._buf
+        if buf is None:
+            count = self._chunker._count
+            first = max(self._lo, count - self._size)
+            buf = self._buf = deque(range(first, count), maxlen=self._size)
+            self._offset = count - self._base - len(buf)
+            self._chunker._hole_history = self
+        return buf
+
+    def _push(self, v: int | None) -> None:
+        buf = self._buf
+        assert buf is not None
+        if len(buf) == self._size:
             self._offset += 1
-        self._buf.append(ref)
+        buf.append(v)
+
+    def append(self, ref: None) -> None:
+        """Appends a step without a value (the chunker counts the steps that have one)."""
+        if ref is not None:
+            raise TypeError("a history's steps with a value are appended by its chunker")
+        self._to_buffer()
+        self._holes = True
+        self._push(None)
 
     def can_set_last(self) -> bool:
-        return bool(self._buf) and self._buf[-1] is None
+        buf = self._buf
+        return buf is not None and bool(buf) and buf[-1] is None
 
     def drop_reserved(self) -> None:
         """Removes the newest step, reserved (``None``) by a partial step, so that the value
         written into it can be appended (the chunker appends it) in its place."""
-        if not self._buf or self._buf[-1] is not None:
+        if not self.can_set_last():
             raise RuntimeError("drop_reserved called on a step that is not reserved")
-        self._buf.pop()
+        self._buf.pop()  # type: ignore[union-attr]
 
     def reset(self) -> None:
-        self._buf.clear()
+        """Empties the history (the episode's buffers were cleared)."""
+        self._buf = None
         self._offset = 0
         self._holes = False
+        self._base = self._lo = self._chunker._count
+        self._chunker._hole_history = None
 
     def resize(self, buffer_size: int) -> None:
         if buffer_size == self._size:
             return
-        if self._unshare is not None:
-            self._unshare()
-        old = list(self._buf)
+        buf = self._buf
+        if buf is None:
+            # Steps that left the history stay gone when it grows.
+            self._lo = max(self._lo, self._chunker._count - self._size)
+            self._size = buffer_size
+            return
+        old = list(buf)
         self._size = buffer_size
         self._buf = deque(old[-buffer_size:], maxlen=buffer_size)
         self._offset += max(0, len(old) - buffer_size)
 
     def __len__(self) -> int:
+        if self._buf is None:
+            return self._chunker._count - self._base
         return self._offset + len(self._buf)
 
     def _ref(self, i: int) -> CellRef | None:
-        j = i - self._offset
-        return self._buf[j] if j >= 0 else None
+        """Step ``i``'s ref (``0 <= i < len(self)``), or None when the history does not hold
+        its value."""
+        buf = self._buf
+        if buf is None:
+            v = self._base + i
+            if v < self._lo or v < self._chunker._count - self._size:
+                return None
+        else:
+            j = i - self._offset
+            v = buf[j] if j >= 0 else None  # type: ignore[assignment]
+            if v is None:
+                return None
+        return self._chunker.ref(v)
 
     def _resolve(self, i: Any) -> int:
-        n = self._offset + len(self._buf)
+        n = len(self)
         i = int(i)
         if i < 0:
             i += n
@@ -96,57 +160,70 @@ class ColumnHistory:
         # is built here, without a call (user code reads a column per item).
         t = type(index)
         if t is int:
-            buf = self._buf
-            if index < 0 and -index <= len(buf):
-                ref = buf[index]
-                if ref is not None:
-                    return ref  # a step's ref is its squeezed column
+            if index < 0:
+                buf = self._buf
+                ch = self._chunker
+                if buf is None:
+                    v = ch._count + index
+                    if v >= self._lo and -index <= self._size:
+                        first = ch._last_first
+                        if v < first:
+                            return ch.ref(v)
+                        ref = CellRef()  # ch.ref(v), inline: the value is in the newest chunk
+                        ref.chunk = ch._last_chunk
+                        ref.offset = v - first
+                        ref.chunker = ch
+                        ref.v = v
+                        return ref
+                elif -index <= len(buf):
+                    v = buf[index]
+                    if v is not None:
+                        return ch.ref(v)
         elif t is slice and index.stop is None and index.step is None:
             start = index.start
-            buf = self._buf
-            n = len(buf)
-            if type(start) is not int:  # None, numpy integers, bad types: the general path
-                refs = None
-            elif start == -n:  # the whole buffer (or nothing when it is empty: -0 == 0)
-                refs = tuple(buf)
-            elif -n < start < 0:
-                refs = tuple(itertools.islice(buf, n + start, None))
-            else:
-                refs = None
-            if refs and not (self._holes and None in refs):
-                col = RunColumn()
-                col._refs = refs
-                col._path = self._path
-                return col
+            if type(start) is int and start < 0:  # not None, numpy integers, bad types
+                buf = self._buf
+                if buf is None:
+                    v = self._chunker._count + start
+                    if v >= self._lo and -start <= self._size:
+                        col = RunColumn()
+                        col._chunker = self._chunker
+                        col._v0 = v
+                        col._n = -start
+                        col._path = self._path
+                        return col
+                elif -start <= len(buf):
+                    vs = tuple(itertools.islice(buf, len(buf) + start, None))
+                    if not (self._holes and None in vs):
+                        # The values of steps with no None between them are consecutive.
+                        col = RunColumn()
+                        col._chunker = self._chunker
+                        col._v0 = vs[0]  # type: ignore[assignment]
+                        col._n = -start
+                        col._path = self._path
+                        return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
-            n = self._offset + len(self._buf)
-            i = int(index)
-            if i < 0:
-                i += n
-            if not 0 <= i < n:
-                raise IndexError("list index out of range")
-            j = i - self._offset
-            ref = self._buf[j] if j >= 0 else None
+            i = self._resolve(index)
+            ref = self._ref(i)
             if ref is None:
                 raise ValueError(
                     "TrajectoryColumns cannot contain any None data references: TrajectoryColumn "
                     f"at path {self._path + (index,)} got [None] (the step is older than the "
                     "writer keeps, or the column was not written at that step)."
                 )
-            return ref  # type: ignore[return-value]  # its squeezed column
+            return ref  # its squeezed column
         if isinstance(index, slice):
-            n = self._offset + len(self._buf)
-            start, stop, step = index.indices(n)
-            if step == 1 and start >= self._offset:
-                refs = list(
-                    itertools.islice(
-                        self._buf, start - self._offset, max(start, stop) - self._offset
-                    )
-                )
-            else:
-                # map, not a comprehension: one would make ``self`` a cell on every call.
-                refs = list(map(self._ref, range(start, stop, step)))
-            col = TrajectoryColumn(refs, path=self._path)
+            start, stop, step = index.indices(len(self))
+            # map, not a comprehension: one would make ``self`` a cell on every call.
+            refs = list(map(self._ref, range(start, stop, step)))
+            if step == 1 and refs and None not in refs:
+                col = RunColumn()  # consecutive steps with values: consecutive values
+                col._chunker = self._chunker
+                col._v0 = refs[0].v  # type: ignore[union-attr]
+                col._n = len(refs)
+                col._path = self._path
+                return col
+            col = TrajectoryColumn(refs, path=self._path)  # raises for a None
             col._run = step == 1
             return col
         if isinstance(index, list):
@@ -158,7 +235,7 @@ class ColumnHistory:
         )
 
     def __iter__(self) -> Iterator[CellRef | None]:
-        return itertools.chain(itertools.repeat(None, self._offset), self._buf)
+        return map(self._ref, range(len(self)))
 
     def numpy(self) -> np.ndarray:
         """All steps of the episode still held, stacked (raises if any step is missing)."""

@@ -18,14 +18,14 @@ from ostinato.core.deadline import Deadline
 from ostinato.core.signature import check_columns
 from ostinato.validate import is_int
 from ostinato.writers.chunker import CellRef
-from ostinato.writers.trajectory_column import TrajectoryColumn
+from ostinato.writers.trajectory_column import RunColumn, TrajectoryColumn
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
 
 
 #: A column's types: a step's ref is its squeezed column.
-_COLUMN_TYPES = frozenset({TrajectoryColumn, CellRef})
+_COLUMN_TYPES = frozenset({TrajectoryColumn, RunColumn, CellRef})
 
 
 def _is_column(x: Any) -> bool:
@@ -135,13 +135,13 @@ class ItemValidator:
         sig = self._signature(table, priority)
         if sig is None:
             return
-        key = (table, legacy, sq, tuple((id(c._refs[0].chunker), len(c._refs)) for c in cols))  # type: ignore[union-attr]
+        key = (table, legacy, sq, tuple((id(c._chunker), len(c)) for c in cols))
         if key in self._validated:
             return
         shapes = []
         for c in cols:
-            ch = c._refs[0].chunker  # type: ignore[union-attr]
-            shape = tuple(ch.shape) if c._squeeze else (len(c._refs), *ch.shape)
+            ch = c._chunker
+            shape = tuple(ch.shape) if c._squeeze else (len(c), *ch.shape)
             shapes.append((ch.dtype, shape, tuple(ch.shape) if legacy else None))
         self._check(table, sig, key, shapes)
 

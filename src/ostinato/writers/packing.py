@@ -81,6 +81,21 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
     flat = True
     squeeze = []
     for c in cols:
+        if type(c) is RunColumn:
+            # Consecutive values of one chunker: their slices, from its counters.
+            squeeze.append(False)
+            ch = c._chunker
+            if c._v0 < ch._live_from:
+                raise ValueError(
+                    f"Error in column {len(squeeze) - 1}: Column contains expired CellRef."
+                )
+            slices = ch.slices(c._v0, c._n)
+            if len(slices) == 1:
+                packed += slices[0]
+            else:
+                flat = False
+                packed.append(slices)
+            continue
         refs = c._refs
         squeeze.append(c._squeeze)
         if len(refs) == 1 and not refs[0].expired:
@@ -173,7 +188,8 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
     ncols = len(keys)
     names = ", ".join(f"c{i}" for i in range(ncols))
     every_ref = " and ".join(f"type(c{i}) is CellRef" for i in range(ncols))
-    none_expired = " or ".join(f"c{i}.expired" for i in range(ncols))
+    # CellRef.expired, inline.
+    none_expired = " or ".join(f"c{i}.v < c{i}.chunker._live_from" for i in range(ncols))
     refs_packed = ", ".join(f"c{i}.chunk, c{i}.offset, 1" for i in range(ncols))
     lines = ["def pack(d):"]
     lines += [f"    c{i} = d[K{i}]" for i in range(ncols)]
@@ -184,9 +200,31 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
     ]
     for i in range(ncols):
         bit = 1 << i  # the column's squeeze flag, as a bit of the flags' index
-        # Consecutive steps of one history column (not empty): one slice if in one chunk.
-        run = [
+        lines += [
+            f"    t = type(c{i})",
+            "    if t is RunColumn:",  # history[path][-k:]: not empty, not squeezed
+            # Live values of the chunker's newest chunk (all values from its first on): one
+            # slice, found from the counters.
+            f"        ch = c{i}._chunker",
+            f"        o{i} = c{i}._v0",
+            "        first = ch._last_first",
+            f"        if o{i} < first or o{i} < ch._live_from:",
+            "            return None",
+            f"        p{i} = ch._last_chunk",
+            f"        o{i} -= first",
+            f"        n{i} = c{i}._n",
+            f"        s{i} = 0",
+            "    elif t is CellRef:",
+            f"        if c{i}.v < c{i}.chunker._live_from:",  # expired
+            "            return None",
+            f"        p{i} = c{i}.chunk",
+            f"        o{i} = c{i}.offset",
+            f"        n{i} = 1",
+            f"        s{i} = {bit}",
+            f"    elif t is TrajectoryColumn and c{i}._run:",  # a step-1 slice of a history
             f"        r = c{i}._refs",
+            "        if not r:",
+            "            return None",
             "        f = r[0]",
             "        last = r[-1]",
             f"        p{i} = f.chunk",
@@ -194,23 +232,6 @@ def _packer(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any]:
             f"        n{i} = len(r)",
             f"        if last.chunk is not p{i} or last.offset - o{i} != n{i} - 1 or f.expired:",
             "            return None",
-        ]
-        lines += [
-            f"    t = type(c{i})",
-            "    if t is CellRef:",
-            f"        if c{i}.expired:",
-            "            return None",
-            f"        p{i} = c{i}.chunk",
-            f"        o{i} = c{i}.offset",
-            f"        n{i} = 1",
-            f"        s{i} = {bit}",
-            "    elif t is RunColumn:",  # history[path][-k:]: not empty, not squeezed
-            *run,
-            f"        s{i} = 0",
-            f"    elif t is TrajectoryColumn and c{i}._run:",  # a step-1 slice of a history
-            f"        if not c{i}._refs:",
-            "            return None",
-            *run,
             f"        s{i} = {bit} if c{i}._squeeze else 0",
             "    else:",
             "        return None",

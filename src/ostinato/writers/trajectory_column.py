@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ostinato.writers.chunker import CellRef
+    from ostinato.writers.chunker import CellRef, ColumnChunker
 
 
 class TrajectoryColumn:
@@ -55,6 +55,11 @@ class TrajectoryColumn:
         #: The refs are consecutive steps of one history column (a step-1 slice of it), which
         #: lets ``create_item`` turn them into one chunk slice without looking at each ref.
         self._run = False
+
+    @property
+    def _chunker(self) -> ColumnChunker:
+        """The chunker of the column's (first) step."""
+        return self._refs[0].chunker
 
     @property
     def is_squeezed(self) -> bool:
@@ -99,7 +104,8 @@ class TrajectoryColumn:
             )
         if self._squeeze:
             return self._refs[0].numpy()
-        return np.stack([r.chunk.data[r.offset] for r in self._refs])
+        # Live refs have a chunk (checked above).
+        return np.stack([r.chunk.data[r.offset] for r in self._refs])  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return (
@@ -108,18 +114,52 @@ class TrajectoryColumn:
 
 
 class RunColumn(TrajectoryColumn):
-    """What ``history[path][-k:]`` returns: the newest ``k`` steps of one history column,
-    oldest first, none of them missing -- a column like any other, made without a call to
+    """What ``history[path][-k:]`` returns: consecutive steps of one history column, oldest
+    first, none of them missing -- a column like any other, made without a call to
     ``__init__``.
 
-    The history sets ``_refs`` (a non-empty tuple of refs) and ``_path``; the flags are class
+    It holds no refs: the steps are the values ``_v0 .. _v0 + _n - 1`` of the column's chunker
+    (see :class:`~ostinato.writers.columns.ColumnHistory`), and ``create_item`` finds their
+    chunk slices from the chunker's counters. ``_refs`` makes the refs when something asks
+    for them. The history sets ``_chunker``, ``_v0``, ``_n`` and ``_path``; the flags are class
     attributes (an unsqueezed run of consecutive steps), read in place of
-    :class:`TrajectoryColumn`'s slots, which a run leaves unset. ``create_item`` recognises a
-    run by its type and turns it into one chunk slice when its steps lie in one chunk.
+    :class:`TrajectoryColumn`'s slots, which a run leaves unset.
     """
 
-    __slots__ = ()
+    __slots__ = ("_chunker", "_v0", "_n")
+    _chunker: ColumnChunker
+    _v0: int
+    _n: int
     _squeeze = False
     _run = True
 
     __init__ = object.__init__  # type: ignore[assignment]
+
+    @property
+    def _refs(self) -> tuple[CellRef, ...]:  # type: ignore[override]
+        ref = self._chunker.ref
+        return tuple(map(ref, range(self._v0, self._v0 + self._n)))
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        return (self._n, *self._chunker.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._chunker.dtype  # type: ignore[return-value]
+
+    @property
+    def expired(self) -> bool:
+        """Some of its steps have left the writer's keep-alive window."""
+        return self._v0 < self._chunker._live_from
+
+    def numpy(self) -> np.ndarray:
+        if self.expired:
+            raise RuntimeError(
+                "Cannot convert TrajectoryColumn with expired data references to numpy array."
+            )
+        parts = [c.data[o : o + n] for c, o, n in self._chunker.slices(self._v0, self._n)]
+        return np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])

@@ -247,7 +247,7 @@ class TrajectoryWriter(StreamWriter):
                 if value is None:
                     col.history.append(None)
                 else:
-                    col.chunker.append(value, episode)  # appends to col.history too
+                    col.chunker.append(value, episode)  # the history counts it
             if len(cols) != len(self._columns):
                 seen = {id(c) for c in cols}
                 for col in self._columns:
