@@ -290,15 +290,15 @@ class ColumnChunker:
         )
         self._n = 0
         self._episode = episode_id
+        # Lets go of the oldest chunks while they hold no live value (the next one starts at
+        # or before the oldest live value; the newest holds live values until the buffers
+        # are cleared, which empties the list).
         spans = self._spans
         live_from = self._live_from
-        while spans:  # let go of the oldest chunks while they hold no live value
-            end = spans[1][0] if len(spans) > 1 else self._count
-            if end > live_from:
-                break
-            spans.pop(0)
-        spans.append((self._count, chunk))
-        self._last_first = self._count
+        while len(spans) > 1 and spans[1][0] <= live_from:
+            del spans[0]
+        self._last_first = first = self._count
+        spans.append((first, chunk))
         self._last_chunk = chunk
 
     def _trim_current(self) -> None:
