@@ -8,6 +8,7 @@ just before the measured loop and reads the total at exit. What is counted:
 
 * ``W1``, ``W2``: the workload's user code (``workloads.py``) for ``--items`` steps into an
   embedded table, after a 500-step warm-up, then ``flush()``;
+* ``W3``: W1's loop with one 28 KB frame per step (``workloads.py``'s W3), embedded;
 * ``W1F``: W1 into a full table (``max_size`` 1,000, filled by the warm-up), every item
   evicting the oldest;
 * ``W9``, ``W9s``: 16 vectorised environments through ``BatchedTrajectoryObserver``, items of
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("W1", "W2", "W1F", "W9", "W9s")
+WORKLOADS = ("W1", "W2", "W1F", "W3", "W9", "W9s")
 DEFAULT_WORKLOADS = ("W1", "W2", "W1F")
 FLOORS = ("W1", "W2")
 WARM_UP = 500
@@ -67,6 +68,8 @@ def _child(workload: str, items: int, floor: bool, go: str) -> None:
     two = workload == "W2"
     steps = wl.w2_steps(items + WARM_UP, 2) if two else wl.w1_steps(items + WARM_UP, 1)
     write = wl.write_w2 if two else wl.write_w1
+    if workload == "W3":  # one uint8[84,84,4] frame per step and item
+        steps, write = wl.w3_steps(items + WARM_UP, 3), wl.write_w3
     keep = wl.SEQ if two else 1
     size = FULL_TABLE if workload == "W1F" else wl.TABLE_MAX_SIZE
     server = reverb.Server([wl.build_table(reverb, wl.table_spec("uniform", "t", size))])
