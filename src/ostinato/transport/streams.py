@@ -147,6 +147,8 @@ class Delivery:
         self._nan_only: set[str] = set()
         #: Calls of ``insert`` since the clock was last read (see :data:`CLOCK_EVERY`).
         self._unclocked = 0
+        #: Held items at which ``insert`` delivers them (:meth:`_hold_limit`).
+        self._flush_at = HOLD_ITEMS
 
     def pending(self) -> int:
         return len(self._queue) + len(self._held)
@@ -194,6 +196,7 @@ class Delivery:
                 self._held_table, self._held_since = table, time.monotonic()
                 self._unclocked = 0
                 self._held_located = []
+                self._flush_at = self._hold_limit()
             runs = self._held_located
             if runs is not None:
                 if located is None:
@@ -201,12 +204,19 @@ class Delivery:
                 else:
                     runs.append(located)
             held.extend(items)
-            if len(held) >= HOLD_ITEMS or len(held) + len(self._queue) >= self._max:
+            if len(held) >= self._flush_at:
                 self._take_and_deliver(deadline, len(items))
             elif first:  # after extend: the sweeper drops a delivery it finds with none held
                 _SWEEPER.watch(self)
         finally:
             lock.release()
+
+    def _hold_limit(self) -> int:
+        """Held items at which ``insert`` delivers them: :data:`HOLD_ITEMS`, or fewer when
+        they and the queue would pass ``max_pending`` items. Computed when a batch starts
+        (held lock taken): while items are held the queue can only shrink (it grows when
+        held items are delivered), so the limit is never too high, at worst early."""
+        return min(HOLD_ITEMS, self._max - len(self._queue))
 
     def _take(self) -> tuple[str, list[Item], list[LocatedCall] | None]:
         """Empties the held batch (held lock taken); returns its table, items and where they
@@ -235,6 +245,7 @@ class Delivery:
             left = getattr(e, "undelivered", 0)
             keep = items[len(items) - left : len(items) - own] if left > own else []
             self._held[:0] = keep
+            self._flush_at = self._hold_limit()
             if keep:
                 self._held_since = time.monotonic()
                 _SWEEPER.watch(self)
