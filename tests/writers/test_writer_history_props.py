@@ -361,3 +361,117 @@ def test_new_column_after_episode_without_clearing_is_aligned():
         assert len(hz) == len(hx)
         np.testing.assert_array_equal(hz[2].numpy(), 20)
         w.close()
+
+
+# -- columns kept while the writer goes on -------------------------------------------------------
+
+_KEPT_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from(["x", "whole", "partial"])),
+        st.tuples(st.just("append"), st.sampled_from(["x", "whole", "partial"])),
+        st.tuples(st.just("append"), st.sampled_from(["x", "whole", "partial"])),
+        st.tuples(st.just("end_episode"), st.booleans()),  # clear_buffers
+        st.tuples(
+            st.just("hold"),
+            st.sampled_from(["x", "z"]),
+            st.sampled_from(["run", "one", "pick"]),
+            st.integers(1, 6),
+        ),
+        st.tuples(st.just("use"), st.integers(0, 7)),
+        st.tuples(st.just("use"), st.integers(0, 7)),
+    ),
+    min_size=10,
+    max_size=50,
+)
+
+
+class _Values:
+    """A model of one column by value: each step of the episode's history as (value, value
+    index) or None; values are numbered from the writer's start, and a value is live while it
+    is among the newest ``keep`` and no buffers were cleared since it was appended."""
+
+    def __init__(self) -> None:
+        self.steps: list = []
+        self.count = 0
+        self.cleared = 0
+
+    def add(self, value) -> None:
+        self.steps.append((value, self.count))
+        self.count += 1
+
+    def live(self, vi: int, keep: int) -> bool:
+        return vi >= max(self.cleared, self.count - keep)
+
+
+@SETTINGS
+@given(keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 2, 3, 5]), ops=_KEPT_OPS)
+def test_columns_kept_across_appends_pack_their_steps_or_say_expired(keep, chunk, ops):
+    """A column read from the history and used later -- after more appends, new chunks,
+    episodes, partial steps -- gives an item of exactly the steps it was read at while they
+    are live, and ``create_item`` refuses it ("expired") once one of them left the keep-alive
+    window or the buffers were cleared. (Reads store value indices, not refs: this checks the
+    indices against a list model.)"""
+    with _queue_server() as client:
+        writer = client.trajectory_writer(keep, max_chunk_length=chunk)
+        models = {"x": _Values(), "z": _Values()}
+        held: list = []
+        value = 0
+        steps_in_episode = 0
+        for op in ops:
+            if op[0] == "append":
+                value += 1
+                mode = op[1]
+                has_z = writer_has_z(writer)
+                if mode != "x" and not has_z and len(models["x"].steps) != steps_in_episode:
+                    mode = "x"  # see test_history_indexing_and_items_match_list_model
+                if mode == "partial":
+                    writer.append({"x": _x(value)}, partial_step=True)
+                    writer.append({"z": _z(value)})
+                elif mode == "whole":
+                    writer.append({"x": _x(value), "z": _z(value)})
+                else:
+                    writer.append({"x": _x(value)})
+                if mode != "x" and not has_z:
+                    models["z"].steps = [None] * len(models["x"].steps)
+                models["x"].add(_x(value))
+                if mode != "x":
+                    models["z"].add(_z(value))
+                elif has_z:
+                    models["z"].steps.append(None)
+                steps_in_episode += 1
+            elif op[0] == "end_episode":
+                writer.end_episode(clear_buffers=op[1], timeout_ms=5000)
+                steps_in_episode = 0
+                if op[1]:
+                    for m in models.values():
+                        m.steps.clear()
+                        m.cleared = m.count
+            elif op[0] == "hold":
+                name, kind, k = op[1:]
+                if name == "z" and not writer_has_z(writer):
+                    continue
+                m = models[name]
+                n = len(m.steps)
+                if k > min(n, keep):
+                    continue  # reads outside the history are covered by the list-model test
+                picks = {"run": list(range(n - k, n)), "one": [n - k], "pick": [n - k, n - 1]}
+                steps = [m.steps[j] for j in picks[kind]]
+                if None in steps:
+                    continue
+                h = writer.history[name]
+                col = h[-k:] if kind == "run" else h[-k] if kind == "one" else h[[-k, -1]]
+                want = steps[0][0] if kind == "one" else np.stack([s[0] for s in steps])
+                held.append((name, col, want, [s[1] for s in steps]))
+                event(f"hold {kind}")
+            elif op[0] == "use" and held:
+                name, col, want, vis = held.pop(op[1] % len(held))
+                if all(models[name].live(vi, keep) for vi in vis):
+                    writer.create_item("q", 1.0, {name: col})
+                    sample = next(client.sample("q", 1, emit_timesteps=False, timeout=2))
+                    np.testing.assert_array_equal(sample.data[0], want)
+                    event("use: live")
+                else:
+                    with pytest.raises(ValueError, match="expired"):
+                        writer.create_item("q", 1.0, {name: col})
+                    event("use: expired")
+        writer.close()
