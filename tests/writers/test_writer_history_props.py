@@ -64,6 +64,17 @@ class _Col:
     def usable(self, j: int, keep: int) -> bool:
         return j >= len(self.values) - keep and self.values[j] is not None
 
+    def clear(self) -> None:
+        self.values.clear()
+
+
+def _end_episode(writer, models: dict, clear_buffers: bool) -> None:
+    """``end_episode`` on the writer and, when it clears the buffers, on the models."""
+    writer.end_episode(clear_buffers=clear_buffers, timeout_ms=5000)
+    if clear_buffers:
+        for m in models.values():
+            m.clear()
+
 
 def _expect(model: _Col, keep: int, index):
     """('index_error' | 'value_error' | ('ok', [steps], squeezed))."""
@@ -190,11 +201,8 @@ def test_history_indexing_and_items_match_list_model(keep, chunk, ops):
                 writer.append(data)
                 steps_in_episode += 1
             elif op[0] == "end_episode":
-                writer.end_episode(clear_buffers=op[1], timeout_ms=5000)
+                _end_episode(writer, models, op[1])
                 steps_in_episode = 0
-                if op[1]:
-                    for m in models.values():
-                        m.values.clear()
             elif op[0] == "index":
                 name, spec = op[1], op[2]
                 if not writer_has_z(writer) and name == "z":
@@ -402,6 +410,10 @@ class _Values:
     def live(self, vi: int, keep: int) -> bool:
         return vi >= max(self.cleared, self.count - keep)
 
+    def clear(self) -> None:
+        self.steps.clear()
+        self.cleared = self.count
+
 
 @SETTINGS
 @given(keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 2, 3, 5]), ops=_KEPT_OPS)
@@ -440,12 +452,8 @@ def test_columns_kept_across_appends_pack_their_steps_or_say_expired(keep, chunk
                     models["z"].steps.append(None)
                 steps_in_episode += 1
             elif op[0] == "end_episode":
-                writer.end_episode(clear_buffers=op[1], timeout_ms=5000)
+                _end_episode(writer, models, op[1])
                 steps_in_episode = 0
-                if op[1]:
-                    for m in models.values():
-                        m.steps.clear()
-                        m.cleared = m.count
             elif op[0] == "hold":
                 name, kind, k = op[1:]
                 if name == "z" and not writer_has_z(writer):
