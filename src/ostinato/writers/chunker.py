@@ -393,12 +393,20 @@ class ColumnChunker:
         return n
 
     def live_chunk_keys(self) -> set[int]:
-        """Keys of the chunks holding the values that are still live."""
+        """Keys of the chunks holding the values that are still live.
+
+        Called from a network stream's thread while the writer appends: it reads the window's
+        lower end first, then a copy of the chunk list (one C-level copy, never a list that
+        changes under it), then the count, so that a concurrent append makes it keep a chunk
+        too many rather than too few; a chunk started during the call may be missing, as from
+        any snapshot (the stream then sends that chunk's rows again if an item needs them)."""
+        live_from = self._live_from
+        spans = list(self._spans)
+        count = self._count
         keys = set()
-        spans = self._spans
         for i, (first, chunk) in enumerate(spans):
-            end = spans[i + 1][0] if i + 1 < len(spans) else self._count
-            if end > self._live_from and end > first:
+            end = spans[i + 1][0] if i + 1 < len(spans) else count
+            if end > live_from and end > first:
                 keys.add(chunk.key)
         return keys
 
