@@ -179,3 +179,26 @@ def test_a_history_that_shrinks_does_not_get_its_steps_back_when_it_grows(client
     w.append(_step(4))
     assert h[-3:].numpy()[:, 0].tolist() == [2, 3, 4]
     w.close()
+
+
+def test_bounded_slices_are_runs_of_values_in_either_form_of_history(client):
+    # h[a:b] (the structured writer's patterns read such slices) is a run of value indices,
+    # without a ref per step, whether the history counts its steps or keeps a buffer.
+    w = client.trajectory_writer(6)
+    for i in range(8):
+        w.append(_step(i))
+    h = w.history["a"]
+    for col, want in ((h[-6:-1], [2, 3, 4, 5, 6]), (h[3:5], [3, 4]), (h[-1:8], [7])):
+        assert type(col) is RunColumn
+        assert col.numpy()[:, 0].tolist() == want
+    w.append({"a": np.full(2, 8, np.float32)})  # no b: b's history keeps a buffer now
+    w.append(_step(9))
+    hb = w.history["b"]
+    assert type(hb[-5:-2]) is RunColumn and hb[-5:-2].numpy().tolist() == [5, 6, 7]
+    with pytest.raises(ValueError, match="None"):
+        hb[-3:-1]  # step 8 has no b
+    picks = hb[-6::3]  # steps 4 and 7: not a run
+    assert type(picks) is not RunColumn and picks.numpy().tolist() == [4, 7]
+    with pytest.raises(ValueError, match="None"):
+        hb[0:3]  # steps the history no longer holds
+    w.close()

@@ -146,6 +146,29 @@ class ColumnHistory:
                 return None
         return self._chunker.ref(v)
 
+    def _run(self, start: int, stop: int) -> RunColumn | None:
+        """Steps ``start .. stop - 1`` (``0 <= start < stop <= len(self)``) as a run of their
+        values, or None when the history does not hold a value for one of them."""
+        buf = self._buf
+        if buf is None:
+            v = self._base + start
+            if v < self._lo or v < self._chunker._count - self._size:
+                return None  # the oldest is no longer held (the later ones are)
+        else:
+            j = start - self._offset
+            if j < 0:
+                return None
+            vs = tuple(itertools.islice(buf, j, stop - self._offset))
+            if None in vs:
+                return None
+            v = vs[0]  # type: ignore[assignment]  # steps with values: consecutive values
+        col = RunColumn()
+        col._chunker = self._chunker
+        col._v0 = v
+        col._n = stop - start
+        col._path = self._path
+        return col
+
     def _resolve(self, i: Any) -> int:
         n = len(self)
         i = int(i)
@@ -214,15 +237,12 @@ class ColumnHistory:
             return ref  # its squeezed column
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
+            if step == 1 and start < stop:
+                run = self._run(start, stop)
+                if run is not None:
+                    return run
             # map, not a comprehension: one would make ``self`` a cell on every call.
             refs = list(map(self._ref, range(start, stop, step)))
-            if step == 1 and refs and None not in refs:
-                col = RunColumn()  # consecutive steps with values: consecutive values
-                col._chunker = self._chunker
-                col._v0 = refs[0].v  # type: ignore[union-attr]
-                col._n = len(refs)
-                col._path = self._path
-                return col
             col = TrajectoryColumn(refs, path=self._path)  # raises for a None
             col._run = step == 1
             return col
