@@ -243,8 +243,9 @@ class ColumnChunker:
         self._last_first = 0
         self._last_chunk: Chunk | None = None
         #: The history, while it keeps its steps' value indices in a buffer (a step without a
-        #: value, see :class:`~ostinato.writers.columns.ColumnHistory`): each value's index is
-        #: pushed to it. None while the history's steps are this chunker's values in order.
+        #: value, see :class:`~ostinato.writers.columns.ColumnHistory`): :meth:`append` puts
+        #: each value's index in it. None while the history's steps are this chunker's values
+        #: in order.
         self._hole_history: ColumnHistory | None = None
         if history is not None:
             history._attach(self)
@@ -365,8 +366,12 @@ class ColumnChunker:
         v -= self.num_keep_alive_refs  # the oldest live value from now on
         if v > self._live_from:
             self._live_from = v
-        if self._hole_history is not None:
-            self._hole_history._push(self._count - 1)
+        hist = self._hole_history
+        if hist is not None:  # the history keeps a buffer: the value's index goes in it
+            buf = hist._buf
+            if len(buf) == hist._size:  # type: ignore[arg-type]
+                hist._offset += 1
+            buf.append(self._count - 1)  # type: ignore[union-attr]
 
     def _store_slow(self, value: Any, episode_id: int) -> int:
         """Stores what :meth:`append`'s fast path does not -- the first value, a dtype/shape

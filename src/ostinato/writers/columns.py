@@ -78,31 +78,29 @@ class ColumnHistory:
             self._chunker._hole_history = self
         return buf
 
-    def _push(self, v: int | None) -> None:
-        buf = self._buf
-        assert buf is not None
-        if len(buf) == self._size:
-            self._offset += 1
-        buf.append(v)
-
     def append(self, ref: None) -> None:
         """Appends a step without a value (the chunker counts the steps that have one)."""
         if ref is not None:
             raise TypeError("a history's steps with a value are appended by its chunker")
-        self._to_buffer()
+        buf = self._buf
+        if buf is None:
+            buf = self._to_buffer()
         self._holes = True
-        self._push(None)
+        if len(buf) == self._size:  # the oldest step leaves the buffer
+            self._offset += 1
+        buf.append(None)
 
     def can_set_last(self) -> bool:
         buf = self._buf
-        return buf is not None and bool(buf) and buf[-1] is None
+        return bool(buf) and buf[-1] is None  # type: ignore[index]  # None: False
 
     def drop_reserved(self) -> None:
         """Removes the newest step, reserved (``None``) by a partial step, so that the value
         written into it can be appended (the chunker appends it) in its place."""
-        if not self.can_set_last():
+        buf = self._buf
+        if not buf or buf[-1] is not None:
             raise RuntimeError("drop_reserved called on a step that is not reserved")
-        self._buf.pop()  # type: ignore[union-attr]
+        buf.pop()
 
     def reset(self) -> None:
         """Empties the history (the episode's buffers were cleared)."""
