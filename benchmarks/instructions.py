@@ -13,6 +13,10 @@ just before the measured loop and reads the total at exit. What is counted:
   evicting the oldest;
 * ``W9``, ``W9s``: 16 vectorised environments through ``BatchedTrajectoryObserver``, items of
   1 and 10 steps; counted per environment step (``--items`` vector steps of 16);
+* ``WP``, ``WS``: writes the way two real clients write, per step of W2's data: Acme's
+  adders (each step in two appends, the first ``partial_step=True``; items of the last 5
+  steps of 4 columns) and a structured writer (an n-step transition and a 5-step sequence
+  config: two items per step);
 * the floor of W1 and W2 (``floors.py``: the user's loop against a do-nothing writer, plus one
   numpy store per value and one dict entry per item).
 
@@ -46,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("W1", "W2", "W1F", "W3", "W9", "W9s")
+WORKLOADS = ("W1", "W2", "W1F", "W3", "W9", "W9s", "WP", "WS")
 DEFAULT_WORKLOADS = ("W1", "W2", "W1F")
 FLOORS = ("W1", "W2")
 WARM_UP = 500
@@ -65,6 +69,8 @@ def _child(workload: str, items: int, floor: bool, go: str) -> None:
     streams.HOLD_SECONDS = 60.0  # keep real batch sizes under valgrind's slowdown
     if workload in ("W9", "W9s"):
         _child_w9(reverb, wl, workload, items, go)
+    if workload in ("WP", "WS"):
+        _child_client_pattern(reverb, wl, workload, items, go)
     two = workload == "W2"
     steps = wl.w2_steps(items + WARM_UP, 2) if two else wl.w1_steps(items + WARM_UP, 1)
     write = wl.write_w2 if two else wl.write_w1
@@ -119,6 +125,20 @@ def _child_w9(reverb, wl, workload: str, items: int, go: str) -> None:
     wl.write_w9_observer(observer, {k: v[:warm] for k, v in cols.items()})
     measured = {k: v[warm:] for k, v in cols.items()}
     _measure(lambda: wl.write_w9_observer(observer, measured), go)
+
+
+def _child_client_pattern(reverb, wl, workload: str, items: int, go: str) -> None:
+    """WP (Acme's partial steps) and WS (a structured writer): ``items`` steps of W2's data."""
+    steps = wl.w2_steps(items + WARM_UP, 2)
+    server = reverb.Server([wl.build_table(reverb, wl.table_spec("uniform", "t"))])
+    client = server.localhost_client()
+    if workload == "WP":
+        writer = client.trajectory_writer(5)
+        wl.write_partial(writer, "t", steps[:WARM_UP])
+        _measure(lambda: wl.write_partial(writer, "t", steps[WARM_UP:]), go)
+    writer = client.structured_writer(wl.structured_configs(reverb, "t"))
+    wl.write_structured(writer, steps[:WARM_UP])
+    _measure(lambda: wl.write_structured(writer, steps[WARM_UP:]), go)
 
 
 def count(workload: str, items: int, floor: bool, src: str | None) -> float:

@@ -189,6 +189,68 @@ def write_w2(w, table: str, steps: list[dict]) -> int:
     return n
 
 
+def write_partial(w, table: str, steps: list[dict]) -> int:
+    """WP: Acme's adders' way of writing (``acme.adders.reverb``): each step in two appends, the
+    observation first (``partial_step=True``), then action, reward and discount; from the 5th
+    step on, one item of the last 5 steps of every column. Steps are W2's (``obs`` f32[64]
+    views, ``action`` int32, ``reward`` f32); the discount is a float32 1.0."""
+    n = 0
+    one = np.float32(1.0)
+    for i, step in enumerate(steps):
+        w.append({"observation": step["obs"]}, partial_step=True)
+        w.append({"action": step["action"], "reward": step["reward"], "discount": one})
+        if i + 1 >= 5:
+            h = w.history
+            w.create_item(
+                table,
+                1.0,
+                {
+                    "observation": h["observation"][-5:],
+                    "action": h["action"][-5:],
+                    "reward": h["reward"][-5:],
+                    "discount": h["discount"][-5:],
+                },
+            )
+            n += 1
+    return n
+
+
+def structured_configs(reverb, table: str) -> list:
+    """WS's configs: an n-step transition (the step before the newest and the newest
+    observation) and a sequence of 5 steps ending before the newest (``[-6:-1]``), as Reverb's
+    structured writer examples write them."""
+    sw = reverb.structured_writer
+    step = {"obs": None, "action": None, "reward": None}
+    return [
+        sw.create_config(
+            sw.pattern_from_transform(
+                step,
+                lambda s: {
+                    "obs": s["obs"][-2],
+                    "action": s["action"][-2],
+                    "reward": s["reward"][-2],
+                    "next_obs": s["obs"][-1],
+                },
+            ),
+            table=table,
+        ),
+        sw.create_config(
+            sw.pattern_from_transform(
+                step, lambda s: {"obs": s["obs"][-6:-1], "reward": s["reward"][-6:-1]}
+            ),
+            table=table,
+        ),
+    ]
+
+
+def write_structured(w, steps: list[dict]) -> int:
+    """WS: W2's steps through a structured writer made with :func:`structured_configs` (it
+    creates the items: two per step once the history is long enough)."""
+    for step in steps:
+        w.append(step)
+    return len(steps)
+
+
 def write_w3(w, table: str, steps: list[dict]) -> int:
     """W3: one item per frame (``history["obs"][-1]``)."""
     for step in steps:
