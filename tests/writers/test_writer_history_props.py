@@ -483,3 +483,99 @@ def test_columns_kept_across_appends_pack_their_steps_or_say_expired(keep, chunk
                         writer.create_item("q", 1.0, {name: col})
                     event("use: expired")
         writer.close()
+
+
+# -- partial steps ---------------------------------------------------------------------------------
+
+_PARTIAL_OPS = st.lists(
+    st.one_of(
+        st.just(("append",)),
+        st.tuples(st.just("partial"), st.booleans()),  # flag: the second append sets z
+        st.tuples(st.just("partial"), st.booleans()),
+        st.tuples(st.just("end_episode"), st.booleans()),
+        st.tuples(st.just("index"), st.sampled_from(["x", "z"]), _INDEX),
+        st.tuples(st.just("item"), _INDEX, _INDEX),
+    ),
+    min_size=10,
+    max_size=50,
+)
+
+
+@SETTINGS
+@given(keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 2, 3, 5]), ops=_PARTIAL_OPS)
+def test_partial_steps_match_list_model(keep, chunk, ops):
+    """Steps written in two appends (``partial_step=True`` first, as Acme's adders do), with
+    the second one setting a column or leaving it None: the history reads like the list model
+    at every point, also between the two appends (the open step's unset column reads None),
+    and items sample back their steps."""
+    with _queue_server() as client:
+        writer = client.trajectory_writer(keep, max_chunk_length=chunk)
+        models = {"x": _Col(), "z": _Col()}
+        value = 0
+        for op in ops:
+            if op[0] in ("append", "partial"):
+                value += 1
+                if op[0] == "append":
+                    writer.append({"x": _x(value), "z": _z(value)})
+                    models["x"].values.append(_x(value))
+                    models["z"].values.append(_z(value))
+                    continue
+                writer.append({"x": _x(value), "z": None}, partial_step=True)
+                models["x"].values.append(_x(value))
+                models["z"].values.append(None)
+                for name in ("x", "z"):  # between the two appends
+                    h, m = writer.history[name], models[name]
+                    assert len(h) == len(m.values)
+                    for i in (-1, -2, -keep):
+                        want = _expect(m, keep, i)
+                        if want == "index_error":
+                            with pytest.raises(IndexError):
+                                h[i]
+                        elif want == "value_error":
+                            with pytest.raises(ValueError):
+                                h[i]
+                        else:
+                            _check_column(h[i], m, want[1], want[2])
+                if op[1]:
+                    writer.append({"z": _z(value)})
+                    models["z"].values[-1] = _z(value)
+                else:
+                    writer.append({"z": None})
+                event(f"partial, z {'set' if op[1] else 'left None'}")
+            elif op[0] == "end_episode":
+                _end_episode(writer, models, op[1])
+            elif op[0] == "index":
+                if not models["x"].values:
+                    continue
+                name, spec = op[1], op[2]
+                h, m = writer.history[name], models[name]
+                assert len(h) == len(m.values)
+                index = _to_index(spec, len(h))
+                want = _expect(m, keep, index)
+                if want == "index_error":
+                    with pytest.raises(IndexError):
+                        h[index]
+                elif want == "value_error":
+                    with pytest.raises(ValueError):
+                        h[index]
+                else:
+                    _check_column(h[index], m, want[1], want[2])
+            elif op[0] == "item":
+                if not models["x"].values:
+                    continue
+                cols, wants = {}, {}
+                for name, spec in zip(("x", "z"), op[1:]):
+                    h = writer.history[name]
+                    index = _to_index(spec, len(h))
+                    want = _expect(models[name], keep, index)
+                    if not isinstance(want, tuple) or not want[1]:
+                        continue
+                    cols[name] = h[index]
+                    wants[name] = _check_column(cols[name], models[name], want[1], want[2])
+                if not cols:
+                    continue
+                writer.create_item("q", 1.0, cols)
+                sample = next(client.sample("q", 1, emit_timesteps=False, timeout=2))
+                for got, name in zip(sample.data, sorted(cols)):
+                    np.testing.assert_array_equal(got, wants[name])
+        writer.close()
