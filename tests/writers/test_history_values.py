@@ -202,3 +202,35 @@ def test_bounded_slices_are_runs_of_values_in_either_form_of_history(client):
     with pytest.raises(ValueError, match="None"):
         hb[0:3]  # steps the history no longer holds
     w.close()
+
+
+def test_partial_steps_keep_counting_their_values(client):
+    # Acme's adders write each step in two appends; the reservation the first one makes for
+    # the other columns (also for columns the second append creates) is filled by the second:
+    # the histories go on counting (no buffer), and read the open step's unset column as None.
+    w = client.trajectory_writer(3)
+    for i in range(5):
+        w.append({"a": np.full(2, i, np.float32)}, partial_step=True)
+        if i:
+            hb = w.history["b"]
+            assert len(hb) == i + 1 and hb._buf is None
+            with pytest.raises(ValueError, match="None"):
+                hb[-1]
+            assert hb[-3:-1].numpy().tolist() == list(range(max(0, i - 2), i))
+        w.append({"b": np.int64(i)})
+        assert w.history["b"]._buf is None and w.history["a"]._buf is None
+    assert w.history["b"][-3:].numpy().tolist() == [2, 3, 4]
+    # A step left without a value for b: from then on b keeps its values' indices.
+    w.append({"a": np.full(2, 5, np.float32)}, partial_step=True)
+    w.append({"b": None})
+    w.append(_step(6))
+    hb = w.history["b"]
+    assert hb._buf is not None and len(hb) == 7
+    with pytest.raises(ValueError, match="None"):
+        hb[-2]
+    assert hb[-1].numpy() == 6 and hb[-3].numpy() == 4
+    w.create_item("queue", 1.0, {"a": w.history["a"][-3:], "b": hb[-1:]})
+    w.flush()
+    (got,) = _drain(client, 1)
+    assert got["a"][:, 0].tolist() == [4, 5, 6] and got["b"].tolist() == [6]
+    w.close()

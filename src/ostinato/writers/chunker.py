@@ -368,10 +368,13 @@ class ColumnChunker:
             self._live_from = v
         hist = self._hole_history
         if hist is not None:  # the history keeps a buffer: the value's index goes in it
+            v = self._count - 1
             buf = hist._buf
-            if len(buf) == hist._size:  # type: ignore[arg-type]
+            if buf is None:  # its newest step stayed without a value: a buffer from now on
+                buf = hist._to_buffer(v)
+            if len(buf) == hist._size:
                 hist._offset += 1
-            buf.append(self._count - 1)  # type: ignore[union-attr]
+            buf.append(v)
 
     def _store_slow(self, value: Any, episode_id: int) -> int:
         """Stores what :meth:`append`'s fast path does not -- the first value, a dtype/shape

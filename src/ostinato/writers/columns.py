@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from ostinato.writers.chunker import ColumnChunker
 
 
+#: ``ColumnHistory._lo`` while the newest step is pending: above every value index, so that
+#: ``__getitem__``'s fast paths (``v >= self._lo``) step aside.
+_PENDING = 1 << 62
+
+
 class ColumnHistory:
     """The steps of one column over the current episode (``writer.history[path]``).
 
@@ -33,7 +38,17 @@ class ColumnHistory:
     or None, in a buffer, until the buffers are cleared (``end_episode``).
     """
 
-    __slots__ = ("_path", "_size", "_chunker", "_base", "_lo", "_buf", "_offset", "_holes")
+    __slots__ = (
+        "_path",
+        "_size",
+        "_chunker",
+        "_base",
+        "_lo",
+        "_pending_lo",
+        "_buf",
+        "_offset",
+        "_holes",
+    )
 
     def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
         self._path = path
@@ -45,6 +60,10 @@ class ColumnHistory:
         #: the newest ``buffer_size``, read as None.
         self._base = 0
         self._lo = 0
+        #: Without a buffer, while the newest step has no value yet (a partial step's
+        #: reservation, see :meth:`append`): the lowest value index held, and ``_lo`` is
+        #: :data:`_PENDING`, out of every fast path's reach. None otherwise.
+        self._pending_lo: int | None = None
         #: With a buffer (None without): the newest steps' value indices or None, after
         #: ``_offset`` steps no longer held.
         self._buf: deque[int | None] | None = None
@@ -66,16 +85,23 @@ class ColumnHistory:
         if self._buf is not None:
             chunker._hole_history = self
 
-    def _to_buffer(self) -> deque[int | None]:
+    def _to_buffer(self, count: int) -> deque[int | None]:
         """Starts keeping the steps' value indices in a buffer (a step without a value is
-        coming)."""
+        coming, or the pending one stays without); ``count``: the chunker's values so far."""
         buf = self._buf
         if buf is None:
-            count = self._chunker._count
-            first = max(self._lo, count - self._size)
-            buf = self._buf = deque(range(first, count), maxlen=self._size)
+            lo = self._lo if self._pending_lo is None else self._pending_lo
+            buf = deque(range(max(lo, count - self._size), count), maxlen=self._size)
             self._offset = count - self._base - len(buf)
+            self._buf = buf
+            self._lo = lo
             self._chunker._hole_history = self
+            if self._pending_lo is not None:  # the newest step, without a value
+                self._pending_lo = None
+                self._holes = True
+                if len(buf) == self._size:
+                    self._offset += 1
+                buf.append(None)
         return buf
 
     def append(self, ref: None) -> None:
@@ -84,7 +110,16 @@ class ColumnHistory:
             raise TypeError("a history's steps with a value are appended by its chunker")
         buf = self._buf
         if buf is None:
-            buf = self._to_buffer()
+            if self._pending_lo is None:
+                # The newest step has no value, for now: a partial step's reservation, which
+                # the step's next append usually fills (drop_reserved). The history goes on
+                # counting; reads take the general path (``_lo`` out of reach) meanwhile, and
+                # the chunker's next value, if the step stays without one, starts the buffer.
+                self._pending_lo = self._lo
+                self._lo = _PENDING
+                self._chunker._hole_history = self
+                return
+            buf = self._to_buffer(self._chunker._count)
         self._holes = True
         if len(buf) == self._size:  # the oldest step leaves the buffer
             self._offset += 1
@@ -92,12 +127,19 @@ class ColumnHistory:
 
     def can_set_last(self) -> bool:
         buf = self._buf
-        return bool(buf) and buf[-1] is None  # type: ignore[index]  # None: False
+        if buf is None:
+            return self._pending_lo is not None
+        return bool(buf) and buf[-1] is None
 
     def drop_reserved(self) -> None:
         """Removes the newest step, reserved (``None``) by a partial step, so that the value
         written into it can be appended (the chunker appends it) in its place."""
         buf = self._buf
+        if buf is None and self._pending_lo is not None:
+            self._lo = self._pending_lo
+            self._pending_lo = None
+            self._chunker._hole_history = None
+            return
         if not buf or buf[-1] is not None:
             raise RuntimeError("drop_reserved called on a step that is not reserved")
         buf.pop()
@@ -107,12 +149,15 @@ class ColumnHistory:
         self._buf = None
         self._offset = 0
         self._holes = False
+        self._pending_lo = None
         self._base = self._lo = self._chunker._count
         self._chunker._hole_history = None
 
     def resize(self, buffer_size: int) -> None:
         if buffer_size == self._size:
             return
+        if self._pending_lo is not None:
+            self._to_buffer(self._chunker._count)
         buf = self._buf
         if buf is None:
             # Steps that left the history stay gone when it grows.
@@ -126,8 +171,18 @@ class ColumnHistory:
 
     def __len__(self) -> int:
         if self._buf is None:
-            return self._chunker._count - self._base
+            return self._chunker._count - self._base + (self._pending_lo is not None)
         return self._offset + len(self._buf)
+
+    def _holds(self, v: int) -> bool:
+        """Without a buffer: whether value ``v``'s step is held (among the newest
+        ``buffer_size`` steps, none dropped by a resize) and has its value (not the pending
+        step's)."""
+        count = self._chunker._count
+        if self._pending_lo is None:
+            return self._lo <= v < count and v >= count - self._size
+        # The newest step held is the pending one: one value fewer is held.
+        return self._pending_lo <= v < count and v > count - self._size
 
     def _ref(self, i: int) -> CellRef | None:
         """Step ``i``'s ref (``0 <= i < len(self)``), or None when the history does not hold
@@ -135,7 +190,7 @@ class ColumnHistory:
         buf = self._buf
         if buf is None:
             v = self._base + i
-            if v < self._lo or v < self._chunker._count - self._size:
+            if not self._holds(v):
                 return None
         else:
             j = i - self._offset
@@ -150,8 +205,11 @@ class ColumnHistory:
         buf = self._buf
         if buf is None:
             v = self._base + start
-            if v < self._lo or v < self._chunker._count - self._size:
-                return None  # the oldest is no longer held (the later ones are)
+            if self._pending_lo is None:
+                if v < self._lo or v < self._chunker._count - self._size:
+                    return None  # the oldest is no longer held (the later ones are)
+            elif not (self._holds(v) and self._holds(self._base + stop - 1)):
+                return None  # the oldest is no longer held, or the pending step is in it
         else:
             j = start - self._offset
             if j < 0:

@@ -136,8 +136,15 @@ class TrajectoryWriter(StreamWriter):
         # Align with the existing columns (which may span episodes after
         # end_episode(clear_buffers=False)); an open step already has its slot there.
         steps_so_far = len(self._columns[0].history) if self._columns else 0
-        hist = ColumnHistory(path, self.max_num_keep_alive_refs, history_padding=steps_so_far)
+        # The open step is reserved like the other columns' (the step's next append fills it,
+        # see ColumnHistory.append); the steps before it have no value in this column.
+        open_step = 1 if self._step_open and steps_so_far else 0
+        hist = ColumnHistory(
+            path, self.max_num_keep_alive_refs, history_padding=steps_so_far - open_step
+        )
         chunker = ColumnChunker(path, keep, chunk_len, history=hist)
+        if open_step:
+            hist.append(None)
         col = _Column(len(self._columns), path, chunker, hist)
         self._whole = None  # its steps would not name the new column
         self._columns.append(col)
