@@ -168,6 +168,21 @@ def _check_column(col, model: _Col, steps: list[int], squeezed: bool) -> np.ndar
     return want
 
 
+def _check_read(h, model: _Col, keep: int, index) -> str | tuple:
+    """Reads ``h[index]`` and checks it against the model (the error, or the steps); returns
+    what the model expected."""
+    want = _expect(model, keep, index)
+    if want == "index_error":
+        with pytest.raises(IndexError):
+            h[index]
+    elif want == "value_error":
+        with pytest.raises(ValueError):
+            h[index]
+    else:
+        _check_column(h[index], model, want[1], want[2])
+    return want
+
+
 @SETTINGS
 @given(keep=st.integers(1, 6), chunk=st.sampled_from([None, 1, 2, 3, 5]), ops=_OPS)
 def test_history_indexing_and_items_match_list_model(keep, chunk, ops):
@@ -213,16 +228,8 @@ def test_history_indexing_and_items_match_list_model(keep, chunk, ops):
                 m = models[name]
                 assert len(h) == len(m.values)
                 index = _to_index(spec, len(h))
-                want = _expect(m, keep, index)
+                want = _check_read(h, m, keep, index)
                 event(f"index {spec[0]}: {want if isinstance(want, str) else 'ok'}")
-                if want == "index_error":
-                    with pytest.raises(IndexError):
-                        h[index]
-                elif want == "value_error":
-                    with pytest.raises(ValueError):
-                        h[index]
-                else:
-                    _check_column(h[index], m, want[1], want[2])
             elif op[0] == "item":
                 if not writer_has_x(writer):
                     continue
@@ -527,15 +534,7 @@ def test_partial_steps_match_list_model(keep, chunk, ops):
                     h, m = writer.history[name], models[name]
                     assert len(h) == len(m.values)
                     for i in (-1, -2, -keep):
-                        want = _expect(m, keep, i)
-                        if want == "index_error":
-                            with pytest.raises(IndexError):
-                                h[i]
-                        elif want == "value_error":
-                            with pytest.raises(ValueError):
-                                h[i]
-                        else:
-                            _check_column(h[i], m, want[1], want[2])
+                        _check_read(h, m, keep, i)
                 if op[1]:
                     writer.append({"z": _z(value)})
                     models["z"].values[-1] = _z(value)
@@ -550,16 +549,7 @@ def test_partial_steps_match_list_model(keep, chunk, ops):
                 name, spec = op[1], op[2]
                 h, m = writer.history[name], models[name]
                 assert len(h) == len(m.values)
-                index = _to_index(spec, len(h))
-                want = _expect(m, keep, index)
-                if want == "index_error":
-                    with pytest.raises(IndexError):
-                        h[index]
-                elif want == "value_error":
-                    with pytest.raises(ValueError):
-                        h[index]
-                else:
-                    _check_column(h[index], m, want[1], want[2])
+                _check_read(h, m, keep, _to_index(spec, len(h)))
             elif op[0] == "item":
                 if not models["x"].values:
                     continue
