@@ -282,9 +282,8 @@ class Slots:
             return
         # Consecutive slots (a full Fifo table between wrap-arounds): slices, not a step each.
         run = consecutive(slots)
-        first, k = slots[0], len(slots)
         keys = (
-            self.a_keys[first : first + k].tolist()
+            self.a_keys[run.start : run.stop].tolist()
             if run is not None
             else list(map(self.a_keys.__getitem__, slots))
         )
@@ -294,8 +293,9 @@ class Slots:
                 self.recent.pop(key, None)
                 self.recent_old.pop(key, None)
         if run is not None:
-            self.locations.remove_run(first, first + k)
-            self.traj[first : first + k] = self.squeeze[first : first + k] = [None] * k
+            start, stop = run.start, run.stop
+            self.locations.remove_run(start, stop)
+            self.traj[start:stop] = self.squeeze[start:stop] = [None] * len(run)
             return
         _consume(map(self.locations.remove, slots))
         traj = self.traj

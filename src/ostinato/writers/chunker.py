@@ -184,6 +184,14 @@ class CellRef(TrajectoryColumn):
         return f"CellRef(chunk={key}, offset={self.offset}, expired={self.expired})"
 
 
+def _span_ends(spans: list[tuple[int, Chunk]], count: int) -> list[int]:
+    """Where each of a chunker's ``spans`` ends: the chunk holds the values from its first to
+    the next chunk's first (the newest up to ``count``, the values appended so far)."""
+    ends = [first for first, _ in spans[1:]]
+    ends.append(count)
+    return ends
+
+
 #: ``ColumnChunker._n`` when no chunk is being filled: more rows than any chunk has.
 _NO_ROOM = 1 << 62
 
@@ -410,13 +418,10 @@ class ColumnChunker:
         any snapshot (the stream then sends that chunk's rows again if an item needs them)."""
         live_from = self._live_from
         spans = list(self._spans)
-        count = self._count
-        keys = set()
-        for i, (first, chunk) in enumerate(spans):
-            end = spans[i + 1][0] if i + 1 < len(spans) else count
-            if end > live_from and end > first:
-                keys.add(chunk.key)
-        return keys
+        ends = _span_ends(spans, self._count)
+        return {
+            chunk.key for (first, chunk), end in zip(spans, ends) if end > live_from and end > first
+        }
 
     def locate(self, v: int) -> tuple[Chunk | None, int]:
         """The chunk holding value ``v`` and its row there; ``(None, -1)`` once the chunk of
@@ -444,8 +449,7 @@ class ColumnChunker:
         out = []
         end = v + n
         spans = self._spans
-        for i, (first, chunk) in enumerate(spans):
-            last = spans[i + 1][0] if i + 1 < len(spans) else self._count
+        for (first, chunk), last in zip(spans, _span_ends(spans, self._count)):
             lo, hi = max(v, first), min(end, last)
             if lo < hi:
                 out.append((chunk, lo - first, hi - lo))

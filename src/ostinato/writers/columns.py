@@ -205,7 +205,7 @@ class ColumnHistory:
         buf = self._buf
         if buf is None:
             v = self._base + start
-            if self._pending_lo is None:
+            if self._pending_lo is None:  # _holds(v), inline (the structured writer's reads)
                 if v < self._lo or v < self._chunker._count - self._size:
                     return None  # the oldest is no longer held (the later ones are)
             elif not (self._holds(v) and self._holds(self._base + stop - 1)):
@@ -215,7 +215,7 @@ class ColumnHistory:
             if j < 0:
                 return None
             vs = tuple(itertools.islice(buf, j, stop - self._offset))
-            if None in vs:
+            if self._holes and None in vs:
                 return None
             v = vs[0]  # type: ignore[assignment]  # steps with values: consecutive values
         col = RunColumn()
@@ -272,15 +272,10 @@ class ColumnHistory:
                         col._path = self._path
                         return col
                 elif -start <= len(buf):
-                    vs = tuple(itertools.islice(buf, len(buf) + start, None))
-                    if not (self._holes and None in vs):
-                        # The values of steps with no None between them are consecutive.
-                        col = RunColumn()
-                        col._chunker = self._chunker
-                        col._v0 = vs[0]  # type: ignore[assignment]
-                        col._n = -start
-                        col._path = self._path
-                        return col
+                    n = self._offset + len(buf)
+                    run = self._run(n + start, n)
+                    if run is not None:
+                        return run
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             i = self._resolve(index)
             ref = self._ref(i)

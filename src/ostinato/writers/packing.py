@@ -84,12 +84,11 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
         if type(c) is RunColumn:
             # Consecutive values of one chunker: their slices, from its counters.
             squeeze.append(False)
-            ch = c._chunker
-            if c._v0 < ch._live_from:
+            if c.expired:
                 raise ValueError(
                     f"Error in column {len(squeeze) - 1}: Column contains expired CellRef."
                 )
-            slices = ch.slices(c._v0, c._n)
+            slices = c._chunker.slices(c._v0, c._n)
             if len(slices) == 1:
                 packed += slices[0]
             else:
