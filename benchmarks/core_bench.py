@@ -58,7 +58,7 @@ DEFAULT = [
     "MEM",
     "MEM3",
 ]
-ALLOWED = DEFAULT + ["W3", "W6", "W9r"]
+ALLOWED = DEFAULT + ["W3", "W3F", "W6", "W9r"]
 SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
     "W1": Target("ratio", 6.0),  # issue 25

@@ -7,6 +7,7 @@ Every workload starts a server *process* (``reverb.Server(tables, port=...)``, l
 are the same functions as in ``core_bench.py`` (``workloads.py``), plus:
 
     W3     insert_large: obs uint8[84,84,4] (random bytes), 1 item per step, 5,000 steps; MB/s
+    W3F    W3 into a full table (max_size = steps / 4, filled first): every frame evicts one
     W6     2 writer threads (W1 items, flush(block_until_num_items=5) after each) + 1 sampler
            thread, SampleToInsertRatio(1.0, 100, 100), 10 s; inserts/s (W6), samples/s
     SCALE  W1 and W4 from 1, 2, 4, 8 client *processes* against one server; aggregate items/s;
@@ -50,6 +51,7 @@ DEFAULT = [
     "W1F",
     "W2",
     "W3",
+    "W3F",
     "W4",
     "W4f",
     "W4x2",

@@ -47,7 +47,7 @@ import workloads as wl  # noqa: E402
 
 BENCHES = {
     "core": (core_bench.BENCH, "W1,W1t,W1F,W2,W4,W4f,W4b,W5,W5b"),
-    "net": (net_bench.BENCH, "W1,W1t,W1F,W2,W3,W4,W4f,W4b,W5,W5b,W6"),
+    "net": (net_bench.BENCH, "W1,W1t,W1F,W2,W3,W3F,W4,W4f,W4b,W5,W5b,W6"),
 }
 MODES = ("unpinned", "pinned")
 #: Longest a single benchmark process may run before it is killed (its run then counts as

@@ -397,6 +397,22 @@ def run_w3(ctx) -> dict:
     }
 
 
+def run_w3_full(ctx) -> dict:
+    """W3F: W3 into a full table (``max_size`` a quarter of the steps, Uniform/Fifo, filled
+    first): every frame evicts the oldest, as in a replay buffer once it has filled. Unlike
+    W3 (a table's first fill, where a server must take fresh memory for every frame it
+    keeps), memory freed by the evicted frames can serve the new ones."""
+    steps = w3_steps(ctx.sizes.w3_steps, seed=3)
+    size = len(steps) // 4
+    total = len(steps) * W3_FRAME_BYTES
+    runs = _insert(ctx, "W3F", steps, write_w3, 1, total, max_size=size)
+    return {
+        "unit": "MB/s",
+        "values": [total / dt / 1e6 for _, dt in runs],
+        "params": {"steps": len(steps), "max_size": size, "obs": "uint8[84,84,4]"},
+    }
+
+
 class _Filled:
     """A server with one table of ``fill_items`` W1/W1t items (untimed), settled."""
 
@@ -931,6 +947,7 @@ WORKLOADS: dict[str, Workload] = {
     "W1F": Workload("insert_small `[-1]` into a full table (each item evicts)", run_w1_full),
     "W2": Workload("insert_sequences, 3 columns", run_w2),
     "W3": Workload("insert_large uint8[84,84,4]", run_w3),
+    "W3F": Workload("insert_large into a full table (each frame evicts)", run_w3_full),
     "W4": Workload("sample_uniform, timesteps", run_w4),
     "W4f": Workload(
         "sample_uniform, emit_timesteps=False", lambda ctx: run_w4(ctx, timesteps=False)
