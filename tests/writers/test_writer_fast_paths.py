@@ -238,6 +238,36 @@ def test_a_partial_step_keeps_refs_live_as_before(client):
     w.close()
 
 
+def test_partial_steps_leave_out_a_column_added_after_they_were_first_seen(client):
+    """A step's columns that a partial append leaves out are remembered per step structure
+    (``TrajectoryWriter._missing``); a column added later is left out too, and a field set
+    twice in one open step is still refused once the steps before it closed."""
+    w = client.trajectory_writer(4)
+    for i in range(2):  # Acme's adders: the observation first, then the rest
+        w.append({"o": np.int64(i)}, partial_step=True)
+        w.append({"r": np.float32(i)})
+    w.append({"o": np.int64(2), "c": np.int64(20)})  # a new column, in a whole step
+    w.append({"o": np.int64(3)}, partial_step=True)  # leaves out r and the new c
+    for path in ("c", "r"):  # the open step has no value there (yet)
+        with pytest.raises(ValueError, match="None data references"):
+            w.history[path][-1]
+    w.append({"r": np.float32(3), "c": np.int64(30)})  # both fill the open step
+    assert [int(x.numpy()) for x in w.history["c"][-2:]] == [20, 30]
+    with pytest.raises(ValueError, match="None data references"):
+        w.history["r"][-2]
+    assert float(w.history["r"][-1].numpy()) == 3
+    w.append({"o": np.int64(4)}, partial_step=True)
+    with pytest.raises(ValueError, match="already been set"):
+        w.append({"o": np.int64(5)})
+    w.append({"r": np.float32(4)}, partial_step=True)  # still open: the flags were set
+    with pytest.raises(ValueError, match="already been set"):
+        w.append({"r": np.float32(5)})
+    w.append({"c": np.int64(40)})
+    assert [int(x.numpy()) for x in w.history["o"][-3:]] == [2, 3, 4]
+    assert [float(x.numpy()) for x in w.history["r"][-2:]] == [3, 4]
+    w.close()
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5])
 def test_runs_across_two_chunks_hold_the_right_rows(client, chunk):
     """A run that crosses from one chunk into the next is packed as two slices without a

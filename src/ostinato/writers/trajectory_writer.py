@@ -100,6 +100,8 @@ class TrajectoryWriter(StreamWriter):
         self._structure: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
+        #: id(cols) -> (cols, the columns it leaves out): see _missing.
+        self._missing_cache: dict[int, tuple[list[_Column], list[_Column]]] = {}
         #: Whole steps as flat dicts that name every column: ``(number of keys,
         #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
         #: a column is added.
@@ -147,6 +149,7 @@ class TrajectoryWriter(StreamWriter):
             hist.append(None)
         col = _Column(len(self._columns), path, chunker, hist)
         self._whole = None  # its steps would not name the new column
+        self._missing_cache.clear()  # every step that does not name it leaves it out
         self._columns.append(col)
         self._path_to_column[path] = col
         return col
@@ -247,8 +250,9 @@ class TrajectoryWriter(StreamWriter):
                     except BaseException:
                         col.history.append(None)
                         raise
-                    col.set_in_step = True
-                    self._set_in_step.append(col)
+                    if partial_step:  # else the step closes below: nothing to mark
+                        col.set_in_step = True
+                        self._set_in_step.append(col)
         else:
             for value, col in zip(leaves, cols):
                 if value is None:
@@ -256,10 +260,8 @@ class TrajectoryWriter(StreamWriter):
                 else:
                     col.chunker.append(value, episode)  # the history counts it
             if len(cols) != len(self._columns):
-                seen = {id(c) for c in cols}
-                for col in self._columns:
-                    if id(col) not in seen:
-                        col.history.append(None)
+                for col in self._missing(cols):
+                    col.history.append(None)
             if partial_step:
                 for value, col in zip(leaves, cols):
                     if value is not None:
@@ -274,6 +276,17 @@ class TrajectoryWriter(StreamWriter):
                 for col in self._set_in_step:
                     col.set_in_step = False
                 self._set_in_step.clear()
+
+    def _missing(self, cols: list[_Column]) -> list[_Column]:
+        """The writer's columns that ``cols`` (a step's columns, as cached for its structure)
+        leaves out, in column order; remembered per list until a column is added."""
+        hit = self._missing_cache.get(id(cols))
+        if hit is not None and hit[0] is cols:
+            return hit[1]
+        seen = {id(c) for c in cols}
+        missing = [col for col in self._columns if id(col) not in seen]
+        self._missing_cache[id(cols)] = (cols, missing)  # holds cols: its id stays its own
+        return missing
 
     def _learn_dict(self, data: dict[Any, Any], cols: list[_Column]) -> list[_Column]:
         """Caches the columns of a flat dict step (``cols`` in the order of the sorted keys)
