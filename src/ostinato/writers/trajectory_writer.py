@@ -100,8 +100,7 @@ class TrajectoryWriter(StreamWriter):
         self._structure: Any = None
         self._spec_cache: dict[Any, list[_Column]] = {}
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
-        #: id(cols) -> (cols, the columns it leaves out): see _missing.
-        self._missing_cache: dict[int, tuple[list[_Column], list[_Column]]] = {}
+        self._missing_cache: dict[int, tuple[list[_Column], list[_Column]]] = {}  # _missing
         #: Whole steps as flat dicts that name every column: ``(number of keys,
         #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
         #: a column is added.
@@ -279,7 +278,7 @@ class TrajectoryWriter(StreamWriter):
 
     def _missing(self, cols: list[_Column]) -> list[_Column]:
         """The writer's columns that ``cols`` (a step's columns, as cached for its structure)
-        leaves out, in column order; remembered per list until a column is added."""
+        leaves out, in column order; remembered (by id, with the list) until a column is added."""
         hit = self._missing_cache.get(id(cols))
         if hit is not None and hit[0] is cols:
             return hit[1]
