@@ -4,7 +4,7 @@
 Networked W3 (``net_bench.py``) moves 5,000 frames of uint8[84,84,4] (141 MB) from a trajectory
 writer to a server process on the same host. Its wall time can be no shorter than the busier
 of the two processes' CPU time (and, on a machine with two cores, than half their sum). This
-script runs the same loop (``workloads.write_w3``) against an Ostinato server it starts, and
+script runs the same loop (``workloads.write_w3``) against the server net_bench.py starts, and
 reads from ``/proc`` each process's user and system CPU time and minor page faults during each
 run. ``--full`` runs W3F instead: the table holds a quarter of the frames and is filled first,
 so that every frame evicts the oldest (a replay buffer's steady state), and the server can put
@@ -23,30 +23,16 @@ import argparse
 import gc
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import servers  # noqa: E402
 import workloads as wl  # noqa: E402
 
 import ostinato as reverb  # noqa: E402
-
-SERVER = """
-import sys, time
-import ostinato as reverb
-tables = [
-    reverb.Table(name=f"t{r}", sampler=reverb.selectors.Uniform(),
-                 remover=reverb.selectors.Fifo(), max_size=int(sys.argv[2]),
-                 rate_limiter=reverb.rate_limiters.MinSize(1))
-    for r in range(int(sys.argv[1]))
-]
-server = reverb.Server(tables=tables, port=None)
-print(server.port, flush=True)
-sys.stdin.read()  # until the benchmark closes our stdin
-"""
 
 
 def proc_times(pid: int) -> tuple[float, float, int]:
@@ -77,15 +63,11 @@ def main() -> None:
         sys.exit("w3_cpu.py reads /proc: Linux only")
     steps = wl.w3_steps(args.frames, seed=3)
     max_size = len(steps) // 4 if args.full else wl.TABLE_MAX_SIZE
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(args.runs), str(max_size)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = int(server.stdout.readline())  # type: ignore[union-attr]
-        client = reverb.Client(f"localhost:{port}")
+    # The server net_bench.py starts (servers.py --serve), one table per run.
+    specs = [wl.table_spec("uniform", f"t{r}", max_size) for r in range(args.runs)]
+    with servers.Deployment(reverb, "ostinato", "networked", specs) as dep:
+        client = dep.client()
+        server = dep.proc.proc  # the server's process
         me = os.getpid()
         rows = []
         name = "W3F" if args.full else "W3"
@@ -118,12 +100,6 @@ def main() -> None:
             print(f"run {r + 1}: {_fmt(row)}", flush=True)
         med = [statistics.median(col) for col in zip(*rows)]
         print(f"median: {_fmt(med)}")
-    finally:
-        server.stdin.close()  # type: ignore[union-attr]
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 if __name__ == "__main__":

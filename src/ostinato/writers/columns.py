@@ -292,11 +292,11 @@ class ColumnHistory:
                 run = self._run(start, stop)
                 if run is not None:
                     return run
-            # map, not a comprehension: one would make ``self`` a cell on every call.
+            # Not a run (an empty slice, another step, or a step without a value, for which
+            # TrajectoryColumn raises). map, not a comprehension: one would make ``self`` a
+            # cell on every call.
             refs = list(map(self._ref, range(start, stop, step)))
-            col = TrajectoryColumn(refs, path=self._path)  # raises for a None
-            col._run = step == 1
-            return col
+            return TrajectoryColumn(refs, path=self._path)
         if isinstance(index, list):
             return TrajectoryColumn(
                 list(map(self._ref, map(self._resolve, index))), path=self._path

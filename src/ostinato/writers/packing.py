@@ -22,6 +22,10 @@ from ostinato.writers.trajectory_column import RunColumn, TrajectoryColumn
 _SQ_CACHE = items_lib.SQUEEZE_CACHE
 
 
+def _expired(col_index: int) -> ValueError:
+    return ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
+
+
 def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, int]]:
     """Turns refs into slices, merging only truly contiguous rows of the same chunk.
 
@@ -33,7 +37,7 @@ def merge_refs(refs: tuple[Any, ...], col_index: int) -> list[tuple[Any, int, in
     chunker = first.chunker
     for r in refs:
         if r.expired:
-            raise ValueError(f"Error in column {col_index}: Column contains expired CellRef.")
+            raise _expired(col_index)
         if r.chunker is not chunker and (
             r.chunker.dtype != chunker.dtype or r.chunker.shape != chunker.shape
         ):
@@ -85,9 +89,7 @@ def pack_columns(cols: Sequence[TrajectoryColumn]) -> tuple[items_lib.Packed, tu
             # Consecutive values of one chunker: their slices, from its counters.
             squeeze.append(False)
             if c.expired:
-                raise ValueError(
-                    f"Error in column {len(squeeze) - 1}: Column contains expired CellRef."
-                )
+                raise _expired(len(squeeze) - 1)
             slices = c._chunker.slices(c._v0, c._n)
             if len(slices) == 1:
                 packed += slices[0]

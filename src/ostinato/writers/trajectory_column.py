@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from ostinato.writers.chunker import CellRef, ColumnChunker
 
 
+#: What ``numpy()`` of a column with an expired step raises (Reverb's message).
+EXPIRED_NUMPY = "Cannot convert TrajectoryColumn with expired data references to numpy array."
+
+
 class TrajectoryColumn:
     """A column of an item: references to consecutive or picked steps of one history column.
 
@@ -52,8 +56,9 @@ class TrajectoryColumn:
         self._refs = refs  # type: ignore[assignment]  # no None (checked above)
         self._squeeze = squeeze
         self._path = path
-        #: The refs are consecutive steps of one history column (a step-1 slice of it), which
-        #: lets ``create_item`` turn them into one chunk slice without looking at each ref.
+        #: The refs are consecutive steps of one history column (a step-1 slice of a
+        #: :class:`RunColumn` or of a step's ref), which lets ``create_item`` turn them into
+        #: chunk slices without looking at each ref.
         self._run = False
 
     @property
@@ -99,9 +104,7 @@ class TrajectoryColumn:
     def numpy(self) -> np.ndarray:
         """The column's data as a new array (stacked over steps unless squeezed)."""
         if any(r.expired for r in self._refs):
-            raise RuntimeError(
-                "Cannot convert TrajectoryColumn with expired data references to numpy array."
-            )
+            raise RuntimeError(EXPIRED_NUMPY)
         if self._squeeze:
             return self._refs[0].numpy()
         # Live refs have a chunk (checked above).
@@ -158,8 +161,6 @@ class RunColumn(TrajectoryColumn):
 
     def numpy(self) -> np.ndarray:
         if self.expired:
-            raise RuntimeError(
-                "Cannot convert TrajectoryColumn with expired data references to numpy array."
-            )
+            raise RuntimeError(EXPIRED_NUMPY)
         parts = [c.data[o : o + n] for c, o, n in self._chunker.slices(self._v0, self._n)]
         return np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
