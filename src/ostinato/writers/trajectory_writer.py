@@ -35,7 +35,7 @@ _NEVER = Deadline.never()
 
 
 class _Column:
-    __slots__ = ("index", "path", "chunker", "history", "set_in_step")
+    __slots__ = ("index", "path", "chunker", "history")
 
     def __init__(
         self, index: int, path: tuple[Any, ...], chunker: ColumnChunker, history: ColumnHistory
@@ -44,7 +44,6 @@ class _Column:
         self.path = path
         self.chunker = chunker
         self.history = history
-        self.set_in_step = False
 
 
 class _HistoryBeforeAppend:
@@ -109,7 +108,6 @@ class TrajectoryWriter(StreamWriter):
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False
-        self._set_in_step: list[_Column] = []
         self._closed = False
         self._trivially_valid = self._validator.trivially_valid  # the same set
         self._stream = transport.writer_stream(
@@ -235,7 +233,7 @@ class TrajectoryWriter(StreamWriter):
             for value, col in zip(leaves, cols):
                 if value is None:
                     continue
-                if col.set_in_step or not col.history.can_set_last():
+                if not col.history.can_set_last():  # its step has a value already
                     raise ValueError(
                         f"Field {col.path} has already been set in the active step by previous "
                         "(partial) append call and thus must be omitted or set to None "
@@ -249,9 +247,6 @@ class TrajectoryWriter(StreamWriter):
                     except BaseException:
                         col.history.append(None)
                         raise
-                    if partial_step:  # else the step closes below: nothing to mark
-                        col.set_in_step = True
-                        self._set_in_step.append(col)
         else:
             for value, col in zip(leaves, cols):
                 if value is None:
@@ -261,20 +256,11 @@ class TrajectoryWriter(StreamWriter):
             if len(cols) != len(self._columns):
                 for col in self._missing(cols):
                     col.history.append(None)
-            if partial_step:
-                for value, col in zip(leaves, cols):
-                    if value is not None:
-                        col.set_in_step = True
-                        self._set_in_step.append(col)
         if partial_step:
             self._step_open = True
         else:
             self._step_open = False
             self._episode_steps = step + 1
-            if self._set_in_step:
-                for col in self._set_in_step:
-                    col.set_in_step = False
-                self._set_in_step.clear()
 
     def _missing(self, cols: list[_Column]) -> list[_Column]:
         """The writer's columns that ``cols`` (a step's columns, as cached for its structure)
@@ -394,8 +380,6 @@ class TrajectoryWriter(StreamWriter):
     def _new_episode(self, clear_buffers: bool) -> None:
         for col in self._columns:
             col.chunker.end_episode(clear_buffers)  # with clear_buffers, resets col.history
-            col.set_in_step = False
-        self._set_in_step.clear()
         self._episode_id = new_key()
         self._episode_steps = 0
         self._step_open = False
