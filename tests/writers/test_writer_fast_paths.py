@@ -268,6 +268,38 @@ def test_partial_steps_leave_out_a_column_added_after_they_were_first_seen(clien
     w.close()
 
 
+def test_acme_steps_take_the_generated_halves_and_keep_no_history_buffer(client):
+    """Steps in two appends with the same keys each time (Acme's adders) are written by the
+    writer's generated halves (``step_writers.part_step_writer``) from the second step on,
+    and leave every history without a buffer (a reservation filled in the same step): the
+    histories' fast reads stay in use. Items of them sample back their steps."""
+    w = client.trajectory_writer(3)
+    for i in range(6):
+        w.append({"o": np.full(2, i, np.float32)}, partial_step=True)
+        w.append({"a": np.int32(i), "r": np.float32(i / 2)})
+        if i >= 2:
+            h = w.history
+            w.create_item("queue", 1.0, {"o": h["o"][-3:], "a": h["a"][-3:], "r": h["r"][-1]})
+    assert set(w._opening) == {1} and set(w._closing) == {2}
+    for path in ("o", "a", "r"):
+        assert w.history[path]._buf is None and w.history[path]._pending_lo is None
+    w.flush()
+    for i, (a, o, r) in enumerate(_drain(client, "queue", 4), start=2):
+        assert a.tolist() == [i - 2, i - 1, i] and o[:, 0].tolist() == [i - 2, i - 1, i]
+        assert float(r) == i / 2
+    # A step that leaves a reserved column without a value sends the next steps to the
+    # general path (its history keeps a buffer from then on); the halves still write fine.
+    w.append({"o": np.full(2, 6, np.float32)}, partial_step=True)
+    w.append({"a": np.int32(6)})  # r stays None at step 6
+    w.append({"o": np.full(2, 7, np.float32)}, partial_step=True)
+    w.append({"a": np.int32(7), "r": np.float32(3.5)})
+    assert [x is None for x in w.history["r"]._buf][-2:] == [True, False]
+    assert float(w.history["r"][-1].numpy()) == 3.5
+    with pytest.raises(ValueError, match="None data references"):
+        w.history["r"][-2]
+    w.close()
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5])
 def test_runs_across_two_chunks_hold_the_right_rows(client, chunk):
     """A run that crosses from one chunk into the next is packed as two slices without a

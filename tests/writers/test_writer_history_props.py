@@ -497,8 +497,15 @@ def test_columns_kept_across_appends_pack_their_steps_or_say_expired(keep, chunk
 _PARTIAL_OPS = st.lists(
     st.one_of(
         st.just(("append",)),
-        st.tuples(st.just("partial"), st.booleans()),  # flag: the second append sets z
-        st.tuples(st.just("partial"), st.booleans()),
+        # How the first append leaves z (left out of the dict, or None) and what the second
+        # one does: sets z, sets it None, names nothing, or first fails on a z of the wrong
+        # dtype or on x set twice (the step stays open), then sets z.
+        st.tuples(
+            st.just("partial"),
+            st.sampled_from(["left_out", "none"]),
+            st.sampled_from(["set", "none", "empty", "bad_dtype", "twice"]),
+        ),
+        st.tuples(st.just("partial"), st.just("left_out"), st.just("set")),  # Acme's way
         st.tuples(st.just("end_episode"), st.booleans()),
         st.tuples(st.just("index"), st.sampled_from(["x", "z"]), _INDEX),
         st.tuples(st.just("item"), _INDEX, _INDEX),
@@ -514,33 +521,59 @@ def test_partial_steps_match_list_model(keep, chunk, ops):
     """Steps written in two appends (``partial_step=True`` first, as Acme's adders do), with
     the second one setting a column or leaving it None: the history reads like the list model
     at every point, also between the two appends (the open step's unset column reads None),
-    and items sample back their steps."""
+    and items sample back their steps. The same two appends repeat with the same keys, so the
+    writer's generated halves (``step_writers.part_step_writer``) write most of them; a
+    second append that fails (a value of the wrong dtype, a field set twice) leaves the step
+    open and the history as it was."""
     with _queue_server() as client:
         writer = client.trajectory_writer(keep, max_chunk_length=chunk)
         models = {"x": _Col(), "z": _Col()}
         value = 0
+        z_typed = False  # z has had a value (its dtype is known)
         for op in ops:
             if op[0] in ("append", "partial"):
                 value += 1
                 if op[0] == "append":
+                    z_typed = True
                     writer.append({"x": _x(value), "z": _z(value)})
                     models["x"].values.append(_x(value))
                     models["z"].values.append(_z(value))
                     continue
-                writer.append({"x": _x(value), "z": None}, partial_step=True)
+                first, second = op[1:]
+                if first == "left_out" and writer_has_z(writer):
+                    writer.append({"x": _x(value)}, partial_step=True)
+                else:  # (z is made by this append, where it has no column yet)
+                    writer.append({"x": _x(value), "z": None}, partial_step=True)
                 models["x"].values.append(_x(value))
                 models["z"].values.append(None)
-                for name in ("x", "z"):  # between the two appends
-                    h, m = writer.history[name], models[name]
-                    assert len(h) == len(m.values)
-                    for i in (-1, -2, -keep):
-                        _check_read(h, m, keep, i)
-                if op[1]:
+
+                def check_open_step() -> None:
+                    for name in ("x", "z"):  # between the two appends
+                        h, m = writer.history[name], models[name]
+                        assert len(h) == len(m.values)
+                        for i in (-1, -2, -keep):
+                            _check_read(h, m, keep, i)
+
+                check_open_step()
+                if second == "bad_dtype" and not z_typed:
+                    second = "set"  # (z's first value gives its dtype)
+                if second == "bad_dtype":
+                    with pytest.raises(ValueError, match="dtype|shape"):
+                        writer.append({"z": np.int8(value)})
+                    check_open_step()
+                elif second == "twice":
+                    with pytest.raises(ValueError, match="already been set"):
+                        writer.append({"x": _x(value)})
+                    check_open_step()
+                if second in ("set", "bad_dtype", "twice"):
                     writer.append({"z": _z(value)})
                     models["z"].values[-1] = _z(value)
-                else:
+                    z_typed = True
+                elif second == "none":
                     writer.append({"z": None})
-                event(f"partial, z {'set' if op[1] else 'left None'}")
+                else:
+                    writer.append({})
+                event(f"partial, {first}, {second}")
             elif op[0] == "end_episode":
                 _end_episode(writer, models, op[1])
             elif op[0] == "index":

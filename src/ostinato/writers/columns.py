@@ -104,6 +104,13 @@ class ColumnHistory:
                 buf.append(None)
         return buf
 
+    #: What :meth:`append` does to reserve the newest step of a history ``{h}`` (of chunker
+    #: ``{c}``) in its usual case (no buffer, nothing reserved yet: :data:`RESERVABLE`), as
+    #: source lines for a generated step writer (:mod:`ostinato.writers.step_writers`, which
+    #: binds ``PENDING``): keep the two in step.
+    RESERVABLE = "{h}._buf is None and {h}._pending_lo is None"
+    RESERVE = "{h}._pending_lo = {h}._lo\n{h}._lo = PENDING\n{c}._hole_history = {h}"
+
     def append(self, ref: None) -> None:
         """Appends a step without a value (the chunker counts the steps that have one)."""
         if ref is not None:
@@ -130,6 +137,12 @@ class ColumnHistory:
         if buf is None:
             return self._pending_lo is not None
         return bool(buf) and buf[-1] is None
+
+    #: What :meth:`drop_reserved` does in its usual case (no buffer, the newest step
+    #: reserved: :data:`FILLABLE`), as source lines for a generated step writer (see
+    #: :data:`RESERVE`): keep the two in step.
+    FILLABLE = "{h}._buf is None and {h}._pending_lo is not None"
+    FILL = "{h}._lo = {h}._pending_lo\n{h}._pending_lo = None\n{c}._hole_history = None"
 
     def drop_reserved(self) -> None:
         """Removes the newest step, reserved (``None``) by a partial step, so that the value

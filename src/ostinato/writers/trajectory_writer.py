@@ -9,7 +9,6 @@ import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import optree
 
 from ostinato import errors
@@ -18,17 +17,18 @@ from ostinato.core import keys as keys_lib
 from ostinato.core.deadline import Deadline
 from ostinato.core.keys import new_key
 from ostinato.validate import positive_int
-from ostinato.writers.chunker import NUMPY_REAL_SCALARS, ColumnChunker
+from ostinato.writers.chunker import ColumnChunker
 from ostinato.writers.columns import ColumnHistory, TrajectoryColumn
 from ostinato.writers.item_validation import ItemValidator
 from ostinato.writers.packing import pack_trajectory
+from ostinato.writers.step_writers import LEAF_TYPES, part_step_writer, whole_step_writer
 from ostinato.writers.stream_writer import StreamWriter
 
 if TYPE_CHECKING:
     from ostinato.transport.base import Transport
 
 
-_LEAF_TYPES = frozenset({np.ndarray, int, float, bool, *NUMPY_REAL_SCALARS})
+_LEAF_TYPES = LEAF_TYPES
 
 
 _NEVER = Deadline.never()
@@ -104,6 +104,13 @@ class TrajectoryWriter(StreamWriter):
         #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
         #: a column is added.
         self._whole: tuple[int, Any] | None = None
+        #: The halves of steps written in two appends, as flat dicts (the opening one with
+        #: ``partial_step=True``, then the closing one): by number of keys, the
+        #: ``step_writers.part_step_writer`` of the keys last seen; emptied when a column is
+        #: added.
+        self._opening: dict[int, Any] = {}
+        self._closing: dict[int, Any] = {}
+        self._part_writers: dict[tuple[bool, tuple[Any, ...]], Any] = {}  # by (closing, keys)
         self._traj_key_cache: dict[Any, Any] = {}  # see writers.packing.pack_trajectory
         self._episode_id = new_key()
         self._episode_steps = 0
@@ -146,6 +153,9 @@ class TrajectoryWriter(StreamWriter):
             hist.append(None)
         col = _Column(len(self._columns), path, chunker, hist)
         self._whole = None  # its steps would not name the new column
+        self._opening.clear()  # they would leave it out
+        self._closing.clear()
+        self._part_writers.clear()
         self._missing_cache.clear()  # every step that does not name it leaves it out
         self._columns.append(col)
         self._path_to_column[path] = col
@@ -204,6 +214,23 @@ class TrajectoryWriter(StreamWriter):
             if whole[1](data, self._episode_id):
                 self._episode_steps += 1
                 return
+        parts = None
+        if type(data) is dict:
+            # A half of a step written in two appends, whose keys were seen (Acme's adders).
+            if partial_step:
+                if not self._step_open:
+                    parts = self._opening
+            elif self._step_open:
+                parts = self._closing
+            if parts is not None:
+                put = parts.get(len(data))
+                if put is not None and put(data, self._episode_id):
+                    if partial_step:
+                        self._step_open = True
+                    else:
+                        self._step_open = False
+                        self._episode_steps += 1
+                    return
         cols = None
         if type(data) is dict:
             # Fast path: a flat dict whose values are all arrays or scalars.
@@ -261,6 +288,27 @@ class TrajectoryWriter(StreamWriter):
         else:
             self._step_open = False
             self._episode_steps = step + 1
+        if parts is not None and data and self._dict_cache.get(tuple(data)) is cols:
+            # (a flat dict of arrays and scalars: its columns are the dict cache's)
+            self._learn_part(data, cols, parts)
+
+    def _learn_part(self, data: dict[Any, Any], cols: list[_Column], parts: dict[int, Any]) -> None:
+        """Makes the :func:`~ostinato.writers.step_writers.part_step_writer` of a flat dict
+        step ``data`` (its columns ``cols``, in its key order) the one ``parts`` (the writer's
+        opening or closing halves) tries for dicts of its number of keys."""
+        closing = parts is self._closing
+        keys = tuple(data)
+        put = self._part_writers.get((closing, keys))
+        if put is None:
+            put = part_step_writer(
+                keys,
+                [c.chunker.append for c in cols],
+                [c.history for c in cols],
+                [c.history for c in self._missing(cols)],
+                closing=closing,
+            )
+            self._part_writers[(closing, keys)] = put
+        parts[len(keys)] = put
 
     def _missing(self, cols: list[_Column]) -> list[_Column]:
         """The writer's columns that ``cols`` (a step's columns, as cached for its structure)
@@ -284,7 +332,7 @@ class TrajectoryWriter(StreamWriter):
             keys = sorted(data)  # the columns' order (cols[order[k]] above)
             by_key = dict(zip(data, cols))
             stores = [by_key[k].chunker.append for k in keys]
-            self._whole = (len(keys), _whole_step_writer(keys, stores))
+            self._whole = (len(keys), whole_step_writer(keys, stores))
         return cols
 
     # -- items -------------------------------------------------------------------------------------
@@ -426,40 +474,6 @@ class TrajectoryWriter(StreamWriter):
             f"TrajectoryWriter(columns={len(self._columns)}, episode_steps={self._episode_steps}, "
             f"pending={self._stream.pending()}, closed={self._closed})"
         )
-
-
-def _whole_step_writer(keys: Sequence[Any], stores: Sequence[Any]) -> Any:
-    """``put(step, episode) -> bool``: appends a flat dict step that names every
-    column (its keys ``keys``, sorted: the columns' order) with each column's chunker
-    ``append`` of ``stores``, and returns True; returns False, having appended nothing, when
-    the dict lacks one of the keys (a dict of ``len(keys)`` keys in which all are found has no
-    other) or a value is not an array or scalar (the slow path learns or converts it).
-
-    Generated with the columns unrolled (as ``collections.namedtuple`` generates its classes):
-    no tuple of the values, no loop over them. ``append`` runs it per step."""
-    n = len(keys)
-    values = ", ".join(f"v{i}" for i in range(n))
-    lookups = ", ".join(f"d[K{i}]" for i in range(n))
-    not_leaf = " or ".join(f"type(v{i}) not in LEAF" for i in range(n))
-    lines = [
-        "def put(d, episode):",
-        "    try:",
-        f"        {values}, = {lookups},",
-        "    except KeyError:",
-        "        return False",
-        f"    if {not_leaf}:",
-        "        return False",
-        *[f"    S{i}(v{i}, episode)" for i in range(n)],
-        "    return True",
-    ]
-    scope: dict[str, Any] = {
-        "LEAF": _LEAF_TYPES,
-        **{f"K{i}": k for i, k in enumerate(keys)},
-        **{f"S{i}": st for i, st in enumerate(stores)},
-    }
-    src = "\n".join(lines) + "\n"
-    exec(compile(src, f"<ostinato.writers.trajectory_writer step of {n} columns>", "exec"), scope)
-    return scope["put"]
 
 
 def _union(a: Any, b: Any) -> Any:
