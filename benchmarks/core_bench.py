@@ -19,6 +19,8 @@ and benchmarks/README.md):
     MEM    resident bytes per stored W1 item beyond its 40 data bytes, 1,000,000 items
     MEM3   resident bytes / data bytes of stored W3 frames (uint8[84,84,4]), 5,000 frames
     W9r    client.sample(table, 256, emit_timesteps=False) from W9s's items (by --workloads)
+    WP     Acme's adders' writes: each W2 step in 2 appends (observation first,
+           partial_step=True), 5-step items of 4 columns (by --workloads)
     (W3 and W6 of net_bench.py run here too when named with --workloads.)
 
 Examples:
@@ -58,7 +60,7 @@ DEFAULT = [
     "MEM",
     "MEM3",
 ]
-ALLOWED = DEFAULT + ["W3", "W3F", "W6", "W9r"]
+ALLOWED = DEFAULT + ["W3", "W3F", "W6", "W9r", "WP"]
 SAMPLE_TARGET = Target("ratio", 10.0)
 TARGETS = {
     "W1": Target("ratio", 6.0),  # issue 25

@@ -10,6 +10,7 @@ are the same functions as in ``core_bench.py`` (``workloads.py``), plus:
     W3F    W3 into a full table (max_size = steps / 4, filled first): every frame evicts one
     W6     2 writer threads (W1 items, flush(block_until_num_items=5) after each) + 1 sampler
            thread, SampleToInsertRatio(1.0, 100, 100), 10 s; inserts/s (W6), samples/s
+    WP     Acme's adders' writes (core_bench.py's WP), by --workloads
     SCALE  W1 and W4 from 1, 2, 4, 8 client *processes* against one server; aggregate items/s;
            plotted to benchmarks/scaling.png
 
@@ -373,7 +374,7 @@ BENCH = harness.Bench(
     script=os.path.abspath(__file__),
     mode="networked",
     default=DEFAULT,
-    allowed=DEFAULT,
+    allowed=DEFAULT + ["WP"],
     targets=TARGETS,
     runners={"SCALE": run_scale},
     add_args=add_args,

@@ -385,6 +385,19 @@ def run_w2(ctx) -> dict:
     }
 
 
+def run_wp(ctx) -> dict:
+    """WP: W2's steps written as Acme's adders write them (:func:`write_partial`)."""
+    steps = w2_steps(ctx.sizes.w2_steps, seed=2)
+    total = len(steps) * (W2_STEP_BYTES + 4)  # and the float32 discount
+    runs = _insert(ctx, "WP", steps, write_partial, 5, total)
+    return {
+        "unit": "steps/s",
+        "values": [len(steps) / dt for _, dt in runs],
+        "params": {"steps": len(steps), "seq_len": 5, "appends_per_step": 2},
+        "extra": {"WP_items": {"unit": "items/s", "values": [n / dt for n, dt in runs]}},
+    }
+
+
 def run_w3(ctx) -> dict:
     steps = w3_steps(ctx.sizes.w3_steps, seed=3)
     total = len(steps) * W3_FRAME_BYTES
@@ -946,6 +959,7 @@ WORKLOADS: dict[str, Workload] = {
     "W1t": Workload("insert_small `[-1:]`", lambda ctx: run_w1(ctx, trajectory=True)),
     "W1F": Workload("insert_small `[-1]` into a full table (each item evicts)", run_w1_full),
     "W2": Workload("insert_sequences, 3 columns", run_w2),
+    "WP": Workload("Acme's adders: each step in 2 appends, 5-step items", run_wp),
     "W3": Workload("insert_large uint8[84,84,4]", run_w3),
     "W3F": Workload("insert_large into a full table (each frame evicts)", run_w3_full),
     "W4": Workload("sample_uniform, timesteps", run_w4),
