@@ -159,3 +159,29 @@ def test_many_quiet_writers_each_get_their_items_in(server):
     assert sorted(_queue_values(client, "a", 50)) == list(range(50))
     for w in writers:
         w.close()
+
+
+def test_flush_waits_for_items_the_sweeper_is_inserting(make_server):
+    """A quiet writer's held items are inserted by the sweeper thread; a ``flush`` called while
+    it inserts them returns only once they are in their table (it used to count them in
+    neither the held list nor the queue, and return at once). Also ``flush(n)`` with fewer
+    than ``n`` items pending (what Acme's adders call after every item) returns at once."""
+    inserting, inserted = [], []
+
+    class Slow(reverb.TableExtension):
+        def on_insert(self, table_name, key, priority):
+            inserting.append(key)
+            time.sleep(0.3)  # under the table's lock, on the sweeper's thread
+            inserted.append(time.monotonic())
+
+    client = make_server(reverb.Table.queue("q", 100, extensions=[Slow()])).localhost_client()
+    w = client.trajectory_writer(1)
+    _put(w, "q", 1)
+    assert w.num_pending_items == 1
+    w.flush(1)  # not more than one pending: nothing to wait for
+    assert _eventually(lambda: inserting, timeout=5.0)  # the sweeper took it, is inserting
+    w.flush()
+    returned = time.monotonic()
+    assert inserted and inserted[0] <= returned  # the item was in its table first
+    assert _size(client, "q") == 1
+    w.close()

@@ -189,6 +189,60 @@ def test_whole_step_append_converts_python_scalars_and_checks_specs(client):
     w.close()
 
 
+def test_python_bools_and_floats_are_stored_exactly_and_others_still_checked(client):
+    """A Python bool into a bool column and a Python float into a float64 column are stored
+    as they are (numpy converts them exactly); every other mix is converted and checked as
+    before."""
+    w = client.trajectory_writer(8)
+    floats = [0.1, -0.0, 1e300, float("inf"), 2.5e-310]
+    for i, f in enumerate(floats):
+        w.append({"done": i % 2 == 1, "r": f, "f32": np.float32(i), "i": i})
+    w.create_item("queue", 1.0, {k: w.history[k][-5:] for k in ("done", "r", "f32", "i")})
+    w.flush()
+    (data,) = _drain(client, "queue", 1)
+    done, f32, i, r = data
+    assert done.dtype == np.bool_ and done.tolist() == [False, True, False, True, False]
+    assert r.dtype == np.float64 and r.tolist() == floats
+    assert np.signbit(r[1]) and i.dtype == np.int64 and i.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="dtype"):
+        w.append({"done": 1.0, "r": 0.0, "f32": np.float32(0), "i": 0})  # a float, bool column
+    with pytest.raises(ValueError, match="dtype"):
+        w.append({"done": True, "r": True, "f32": np.float32(0), "i": 0})  # a bool, float column
+    with pytest.raises(ValueError, match="dtype"):
+        w.append({"done": True, "r": 0.0, "f32": 0.5, "i": 0})  # a Python float, float32 column
+    w.close()
+
+
+def test_items_of_namedtuples_and_nested_dicts_are_packed_right(client):
+    """A trajectory that is not a flat dict (a namedtuple of columns, as Acme's adders make,
+    nested dicts, a bare column) is flattened and packed by the packer of as many columns,
+    kept per structure: its items sample back their steps in the flattened order."""
+    import collections
+
+    Transition = collections.namedtuple("Transition", "obs action extras")
+    w = client.trajectory_writer(4)
+    for i in range(6):
+        w.append({"o": np.full(2, i, np.float32), "a": np.int32(i)})
+        if i < 3:
+            continue
+        h = w.history
+        w.create_item("queue", 1.0, Transition(h["o"][-3:-1], h["a"][-1], ()))
+        w.create_item("queue", 1.0, {"outer": {"a": h["a"][i - 2 : i], "o": h["o"][-1]}})
+        w.create_item("queue", 1.0, h["a"][-2:])
+    w.flush()
+    got = _drain(client, "queue", 9)
+    for k, i in enumerate(range(3, 6)):
+        obs, action = got[3 * k]
+        assert obs[:, 0].tolist() == [i - 2, i - 1] and int(action) == i
+        nested_a, nested_o = got[3 * k + 1]
+        assert nested_a.tolist() == [i - 2, i - 1] and nested_o.tolist() == [i, i]
+        (bare,) = got[3 * k + 2]
+        assert bare.tolist() == [i - 1, i]
+    with pytest.raises(TypeError, match="TrajectoryColumn"):
+        w.create_item("queue", 1.0, Transition(w.history["o"][-1], np.int32(0), ()))
+    w.close()
+
+
 def test_refs_expire_after_keep_values_whatever_the_history_holds(client):
     # While a column's history buffer is exactly its keep-alive window the chunker keeps one
     # deque; a step without the column, a longer history (another column configured to keep
@@ -280,7 +334,7 @@ def test_acme_steps_take_the_generated_halves_and_keep_no_history_buffer(client)
         if i >= 2:
             h = w.history
             w.create_item("queue", 1.0, {"o": h["o"][-3:], "a": h["a"][-3:], "r": h["r"][-1]})
-    assert set(w._opening) == {1} and set(w._closing) == {2}
+    assert set(w._opening) == {1} and set(w._filling) == {2}
     for path in ("o", "a", "r"):
         assert w.history[path]._buf is None and w.history[path]._pending_lo is None
     w.flush()

@@ -551,8 +551,13 @@ def test_partial_steps_match_list_model(keep, chunk, ops):
                     for name in ("x", "z"):  # between the two appends
                         h, m = writer.history[name], models[name]
                         assert len(h) == len(m.values)
-                        for i in (-1, -2, -keep):
+                        for i in (-1, -2, -keep, 0, 1, len(h) - 2):
                             _check_read(h, m, keep, i)
+                        # The runs Acme's adders read then (h[-k-1:-1]), and from the start.
+                        for k in (1, 2, keep, keep + 1):
+                            _check_read(h, m, keep, slice(-k - 1, -1))
+                            _check_read(h, m, keep, slice(0, k))
+                        _check_read(h, m, keep, slice(1, len(h) + 2))
 
                 check_open_step()
                 if second == "bad_dtype" and not z_typed:

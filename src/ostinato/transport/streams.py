@@ -312,10 +312,18 @@ class Delivery:
             self._cv.notify_all()
 
     def wait(self, n: int, deadline: Deadline, what: str = "flush") -> None:
-        if len(self._held) + len(self._queue) > n or self._error is not None:
-            with self._held_lock:
-                if self._held:
-                    self._take_and_deliver(deadline, 0)
+        # Counted with the held lock taken: the sweeper holds it from taking held items until
+        # they are in their table or queued (counted without it, items it had taken but not
+        # yet inserted were in neither list, and a flush could return before them).
+        lock = self._held_lock
+        lock.acquire()
+        try:
+            if len(self._held) + len(self._queue) <= n and self._error is None:
+                return  # nothing to deliver or wait for (Acme's adders flush after each item)
+            if self._held:
+                self._take_and_deliver(deadline, 0)
+        finally:
+            lock.release()
         with self._cv:
             q = self._queue
             wait_for(

@@ -108,6 +108,9 @@ NUMPY_REAL_SCALARS = frozenset(
     }
 )
 _FAST_TYPES = frozenset({np.ndarray, *NUMPY_REAL_SCALARS, np.complex64, np.complex128})
+#: A column of scalars of a numpy type that a Python type converts to exactly (what
+#: ``np.asarray`` of its values gives): that Python type, stored without a conversion.
+_PYTHON_SCALARS: dict[type, type] = {np.bool_: bool, np.float64: float}
 
 
 class CellRef(TrajectoryColumn):
@@ -225,6 +228,9 @@ class ColumnChunker:
         self._fast_dtype: np.dtype | None = None
         #: The numpy scalar type of a column of native numeric scalars, else None.
         self._scalar_type: type | None = None
+        #: The Python type whose values numpy converts exactly to a value of a column of
+        #: scalars (``bool`` for a bool column, ``float`` for a float64 one), else None.
+        self._python_type: type | None = None
         self._object_scalar = False
         self._spec: tuple[Any, ...] | None = None
         self.shape: tuple[int, ...] = ()
@@ -338,6 +344,7 @@ class ColumnChunker:
         self._fast_dtype = arr.dtype if arr.dtype.kind != "O" else None
         native = self._fast_dtype is not None and arr.dtype is np.dtype(arr.dtype.type)
         self._scalar_type = arr.dtype.type if native and arr.shape == () else None
+        self._python_type = _PYTHON_SCALARS.get(self._scalar_type)  # type: ignore[arg-type]
         self.shape = arr.shape
         self._object_scalar = arr.dtype.kind == "O" and arr.shape == ()
         self._spec = (arr.dtype, arr.shape)
@@ -388,17 +395,20 @@ class ColumnChunker:
         """Stores what :meth:`append`'s fast path does not -- the first value, a dtype/shape
         error, a column of strings (object columns never take the fast path), a full chunk or
         a new episode -- converting strings; returns the row it went to."""
-        arr = (
-            value
-            if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
-            else to_array(value, self.path)
-        )
-        if self.dtype is None:
-            if arr.dtype.kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
-                to_array(arr, self.path)  # raises, naming the column and dtype
-            self._first_value(arr)
-        elif arr.dtype != self.dtype or arr.shape != self.shape:
-            raise self._spec_error(np.asarray(arr))
+        if type(value) is self._python_type:  # (None until the first value)
+            arr = value  # a Python bool or float: the buffer converts it exactly
+        else:
+            arr = (
+                value
+                if type(value) in _FAST_TYPES and value.dtype.kind not in "OSU"
+                else to_array(value, self.path)
+            )
+            if self.dtype is None:
+                if arr.dtype.kind not in ALLOWED_KINDS or arr.dtype.fields is not None:
+                    to_array(arr, self.path)  # raises, naming the column and dtype
+                self._first_value(arr)
+            elif arr.dtype != self.dtype or arr.shape != self.shape:
+                raise self._spec_error(np.asarray(arr))
         if self._chunk is None or self._n >= self._rows or self._episode != episode_id:
             self._start_chunk(episode_id)
         n = self._n

@@ -271,6 +271,10 @@ class ColumnHistory:
                     v = buf[index]
                     if v is not None:
                         return ch.ref(v)
+            elif self._buf is None:  # h[i], i >= 0 (Acme's n-step adder reads h[first])
+                v = self._base + index
+                if self._holds(v):
+                    return self._chunker.ref(v)
         elif t is slice and index.stop is None and index.step is None:
             start = index.start
             if type(start) is int and start < 0:  # not None, numpy integers, bad types
@@ -289,6 +293,39 @@ class ColumnHistory:
                     run = self._run(n + start, n)
                     if run is not None:
                         return run
+        elif t is slice and index.step is None and self._buf is None:
+            # h[-k:-j] (k > j > 0) without a buffer: a run too, also while the newest step is
+            # pending (Acme's adders read h[-k-1:-1] between a step's two appends); and
+            # h[i:j] (0 <= i < j) whose steps are held (Acme's n-step adder).
+            start = index.start
+            stop = index.stop
+            if type(start) is not int or type(stop) is not int:
+                pass
+            elif 0 <= start < stop:
+                v = self._base + start
+                if self._holds(v) and self._holds(v + stop - start - 1):
+                    col = RunColumn()
+                    col._chunker = self._chunker
+                    col._v0 = v
+                    col._n = stop - start
+                    col._path = self._path
+                    return col
+            elif start < stop < 0:
+                ch = self._chunker
+                v = ch._count + start
+                pending = self._pending_lo
+                if pending is None:
+                    held = v >= self._lo
+                else:  # the newest step is the pending one, without a value (see _holds)
+                    v += 1
+                    held = v >= pending
+                if held and -start <= self._size:
+                    col = RunColumn()
+                    col._chunker = ch
+                    col._v0 = v
+                    col._n = stop - start
+                    col._path = self._path
+                    return col
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             i = self._resolve(index)
             ref = self._ref(i)

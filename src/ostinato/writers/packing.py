@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
+import optree
+
 from ostinato.core import items as items_lib
 from ostinato.core.specs import dtype_name, shape_str
 from ostinato.writers.chunker import CellRef
@@ -270,11 +272,13 @@ def pack_trajectory(
     trajectory and squeeze flags (:func:`pack_columns`).
 
     A flat dict whose columns are each one step or consecutive steps of one chunk -- nearly
-    every item -- is taken apart and packed by the :func:`_packer` of its keys; anything else
-    goes through the two functions, which check everything and name what is wrong.
-    ``key_cache`` maps a dict's keys to their sorted order (:func:`trajectory_columns`) and,
-    by number of keys, the packer of the sorted keys last seen, which takes a dict's columns
-    out in order without looking at its keys.
+    every item -- is taken apart and packed by the :func:`_packer` of its keys; any other nest
+    of such columns (a namedtuple, nested dicts) is flattened and its leaves packed by the
+    packer of as many columns; anything else goes through the two functions, which check
+    everything and name what is wrong. ``key_cache`` maps a dict's keys to their sorted order
+    (:func:`trajectory_columns`), by number of keys the packer of the sorted keys last seen,
+    which takes a dict's columns out in order without looking at its keys, and a nest's
+    structure (its ``optree`` tree spec) to the packer of its leaves.
     """
     if type(trajectory) is dict:
         pack = key_cache.get(len(trajectory))
@@ -291,6 +295,18 @@ def pack_trajectory(
                 done = pack(trajectory)
         if done is not None:
             return done  # type: ignore[no-any-return]
+    else:
+        # Any other nest (a namedtuple of columns, as Acme's adders make; a bare column): its
+        # leaves in their flattened order (trajectory_columns'), packed by the packer of as
+        # many columns, kept by the nest's structure.
+        leaves, spec = optree.tree_flatten(trajectory, none_is_leaf=True)
+        pack = key_cache.get(spec)
+        if pack is None and leaves:
+            pack = key_cache[spec] = _packer(tuple(range(len(leaves))))
+        if pack is not None:
+            done = pack(leaves)
+            if done is not None:
+                return done  # type: ignore[no-any-return]
     cols = trajectory_columns(trajectory, key_cache)
     packed_, sq = pack_columns(cols)
     return cols, packed_, sq

@@ -9,9 +9,10 @@ column's history not in the state it handles); ``append`` then takes the general
 also raises the errors. ``append`` runs one per step.
 
 * :func:`whole_step_writer`: a step that names every column;
-* :func:`part_step_writer`: the two halves of a step written in two appends (Acme's adders):
-  the opening one (``partial_step=True``) reserves the columns it leaves out, the closing one
-  fills the reserved columns it names.
+* :func:`part_step_writer`: the parts of a step written in several appends (Acme's adders):
+  the opening one (``partial_step=True``) reserves the columns it leaves out, each later one
+  fills the reserved columns it names (the last one, without ``partial_step``, closes the
+  step).
 
 The reservation code is :class:`~ostinato.writers.columns.ColumnHistory`'s own
 (``ColumnHistory.RESERVE``, ``ColumnHistory.FILL``), written there next to the methods it
@@ -80,26 +81,23 @@ def part_step_writer(
     named: Sequence[columns_lib.ColumnHistory],
     left_out: Sequence[columns_lib.ColumnHistory],
     *,
-    closing: bool,
+    filling: bool,
 ) -> Any:
-    """``put(step, episode) -> bool`` for one half of a step written in two appends: a flat
-    dict of ``keys`` whose columns have the chunker ``append`` of ``stores`` and the
+    """``put(step, episode) -> bool`` for one part of a step written in several appends: a
+    flat dict of ``keys`` whose columns have the chunker ``append`` of ``stores`` and the
     histories ``named``; ``left_out``: the histories of the writer's other columns.
 
-    Opening (``closing=False``, the step not open, ``partial_step=True``): appends the values
-    in order, then reserves each left-out column's step (``ColumnHistory.append(None)``). Made
-    for histories without a buffer, where reserving takes no call; a left-out history with one
-    (or already reserved) sends the step to the general path.
+    Opening (``filling=False``, the step not open, ``partial_step=True``): appends the values
+    in order, then reserves each left-out column's step (``ColumnHistory.append(None)``).
 
-    Closing (``closing=True``, the step open, ``partial_step=False``): fills each named
-    column's reserved step with its value (``drop_reserved``, then the chunker's ``append``;
-    if that raises, the step is reserved again and the error propagates); left-out columns
-    keep their reservation. Made for named histories without a buffer whose newest step is
-    reserved; any other (a field already set in the step: the general path raises) sends the
-    step to the general path.
+    Filling (``filling=True``, the step open; without ``partial_step`` the append closes it):
+    checks that every named column's step is reserved (a field already set in the step sends
+    the step to the general path, which raises), then fills each with its value
+    (``drop_reserved``, then the chunker's ``append``; if that raises, the step is reserved
+    again and the error propagates); left-out columns keep their reservation.
 
-    Either checks every history before it changes anything; ``append`` sets the step open or
-    closed and counts it."""
+    A history without a buffer (the usual case) is reserved and filled inline, one with a
+    buffer through its methods. ``append`` sets the step open or closed and counts it."""
     n = len(keys)
     lines = ["def put(d, episode):", *_take_values(n)]
     scope: dict[str, Any] = {
@@ -114,12 +112,19 @@ def part_step_writer(
         **{f"M{j}": h._chunker for j, h in enumerate(left_out)},
     }
     hist = columns_lib.ColumnHistory
-    if closing:
-        ready = " and ".join(hist.FILLABLE.format(h=f"H{i}") for i in range(n))
+    # Each history's usual state (no buffer) is handled inline; one with a buffer (a step of
+    # its column stayed without a value this episode) through its methods.
+    if filling:
+        ready = " and ".join(
+            f"({hist.FILLABLE.format(h=f'H{i}')} or H{i}.can_set_last())" for i in range(n)
+        )
         lines += [f"    if not ({ready}):", "        return False"]
         for i in range(n):
             lines += [
-                *[f"    {s}" for s in hist.FILL.format(h=f"H{i}", c=f"C{i}").split("\n")],
+                f"    if H{i}._buf is None:",
+                *[f"        {s}" for s in hist.FILL.format(h=f"H{i}", c=f"C{i}").split("\n")],
+                "    else:",
+                f"        H{i}.drop_reserved()",
                 "    try:",
                 f"        S{i}(v{i}, episode)",
                 "    except BaseException:",
@@ -127,12 +132,14 @@ def part_step_writer(
                 "        raise",
             ]
     else:
-        if left_out:
-            ready = " and ".join(hist.RESERVABLE.format(h=f"L{j}") for j in range(len(left_out)))
-            lines += [f"    if not ({ready}):", "        return False"]
         lines += [f"    S{i}(v{i}, episode)" for i in range(n)]
         for j in range(len(left_out)):
-            lines += [f"    {s}" for s in hist.RESERVE.format(h=f"L{j}", c=f"M{j}").split("\n")]
+            lines += [
+                f"    if {hist.RESERVABLE.format(h=f'L{j}')}:",
+                *[f"        {s}" for s in hist.RESERVE.format(h=f"L{j}", c=f"M{j}").split("\n")],
+                "    else:",
+                f"        L{j}.append(None)",
+            ]
     lines.append("    return True")
-    kind = "closing" if closing else "opening"
+    kind = "filling" if filling else "opening"
     return _compile(lines, scope, f"{kind} part of {n} of {n + len(left_out)} columns")

@@ -104,13 +104,13 @@ class TrajectoryWriter(StreamWriter):
         #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
         #: a column is added.
         self._whole: tuple[int, Any] | None = None
-        #: The halves of steps written in two appends, as flat dicts (the opening one with
-        #: ``partial_step=True``, then the closing one): by number of keys, the
-        #: ``step_writers.part_step_writer`` of the keys last seen; emptied when a column is
-        #: added.
+        #: The parts of steps written in several appends, as flat dicts: the opening one
+        #: (``partial_step=True``), and those that fill the open step (the last one closes
+        #: it): by number of keys, the ``step_writers.part_step_writer`` of the keys last
+        #: seen; emptied when a column is added.
         self._opening: dict[int, Any] = {}
-        self._closing: dict[int, Any] = {}
-        self._part_writers: dict[tuple[bool, tuple[Any, ...]], Any] = {}  # by (closing, keys)
+        self._filling: dict[int, Any] = {}
+        self._part_writers: dict[tuple[bool, tuple[Any, ...]], Any] = {}  # by (filling, keys)
         self._traj_key_cache: dict[Any, Any] = {}  # see writers.packing.pack_trajectory
         self._episode_id = new_key()
         self._episode_steps = 0
@@ -154,7 +154,7 @@ class TrajectoryWriter(StreamWriter):
         col = _Column(len(self._columns), path, chunker, hist)
         self._whole = None  # its steps would not name the new column
         self._opening.clear()  # they would leave it out
-        self._closing.clear()
+        self._filling.clear()
         self._part_writers.clear()
         self._missing_cache.clear()  # every step that does not name it leaves it out
         self._columns.append(col)
@@ -216,12 +216,11 @@ class TrajectoryWriter(StreamWriter):
                 return
         parts = None
         if type(data) is dict:
-            # A half of a step written in two appends, whose keys were seen (Acme's adders).
-            if partial_step:
-                if not self._step_open:
-                    parts = self._opening
-            elif self._step_open:
-                parts = self._closing
+            # A part of a step written in several appends, of keys seen before (Acme's adders).
+            if self._step_open:
+                parts = self._filling
+            elif partial_step:
+                parts = self._opening
             if parts is not None:
                 put = parts.get(len(data))
                 if put is not None and put(data, self._episode_id):
@@ -295,19 +294,19 @@ class TrajectoryWriter(StreamWriter):
     def _learn_part(self, data: dict[Any, Any], cols: list[_Column], parts: dict[int, Any]) -> None:
         """Makes the :func:`~ostinato.writers.step_writers.part_step_writer` of a flat dict
         step ``data`` (its columns ``cols``, in its key order) the one ``parts`` (the writer's
-        opening or closing halves) tries for dicts of its number of keys."""
-        closing = parts is self._closing
+        opening or filling parts) tries for dicts of its number of keys."""
+        filling = parts is self._filling
         keys = tuple(data)
-        put = self._part_writers.get((closing, keys))
+        put = self._part_writers.get((filling, keys))
         if put is None:
             put = part_step_writer(
                 keys,
                 [c.chunker.append for c in cols],
                 [c.history for c in cols],
                 [c.history for c in self._missing(cols)],
-                closing=closing,
+                filling=filling,
             )
-            self._part_writers[(closing, keys)] = put
+            self._part_writers[(filling, keys)] = put
         parts[len(keys)] = put
 
     def _missing(self, cols: list[_Column]) -> list[_Column]:
