@@ -299,29 +299,24 @@ class ColumnHistory:
             # h[i:j] (0 <= i < j) whose steps are held (Acme's n-step adder).
             start = index.start
             stop = index.stop
-            if type(start) is not int or type(stop) is not int:
-                pass
-            elif 0 <= start < stop:
-                v = self._base + start
-                if self._holds(v) and self._holds(v + stop - start - 1):
+            if type(start) is int and type(stop) is int and start < stop:
+                if start >= 0:
+                    v = self._base + start
+                    held = self._holds(v) and self._holds(v + stop - start - 1)
+                elif stop < 0:
+                    v = self._chunker._count + start
+                    pending = self._pending_lo
+                    if pending is None:
+                        held = v >= self._lo
+                    else:  # the newest step is the pending one, without a value (_holds)
+                        v += 1
+                        held = v >= pending
+                    held = held and -start <= self._size
+                else:
+                    held = False
+                if held:
                     col = RunColumn()
                     col._chunker = self._chunker
-                    col._v0 = v
-                    col._n = stop - start
-                    col._path = self._path
-                    return col
-            elif start < stop < 0:
-                ch = self._chunker
-                v = ch._count + start
-                pending = self._pending_lo
-                if pending is None:
-                    held = v >= self._lo
-                else:  # the newest step is the pending one, without a value (see _holds)
-                    v += 1
-                    held = v >= pending
-                if held and -start <= self._size:
-                    col = RunColumn()
-                    col._chunker = ch
                     col._v0 = v
                     col._n = stop - start
                     col._path = self._path
