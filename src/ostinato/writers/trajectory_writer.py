@@ -101,8 +101,8 @@ class TrajectoryWriter(StreamWriter):
         self._dict_cache: dict[tuple[Any, ...], list[_Column]] = {}
         self._missing_cache: dict[int, tuple[list[_Column], list[_Column]]] = {}  # _missing
         #: Whole steps as flat dicts that name every column: ``(number of keys,
-        #: _whole_step_writer of the keys)``; None until such a step is seen, and again when
-        #: a column is added.
+        #: step_writers.whole_step_writer of the keys)``; None until such a step is seen,
+        #: and again when a column is added.
         self._whole: tuple[int, Any] | None = None
         #: The parts of steps written in several appends, as flat dicts: the opening one
         #: (``partial_step=True``), and those that fill the open step (the last one closes
