@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from ostinato.transport.base import Transport
 
 
-_LEAF_TYPES = LEAF_TYPES
-
-
 _NEVER = Deadline.never()
 
 
@@ -215,6 +212,7 @@ class TrajectoryWriter(StreamWriter):
                 self._episode_steps += 1
                 return
         parts = None
+        cols = None
         if type(data) is dict:
             # A part of a step written in several appends, of keys seen before (Acme's adders).
             if self._step_open:
@@ -230,14 +228,12 @@ class TrajectoryWriter(StreamWriter):
                         self._step_open = False
                         self._episode_steps += 1
                     return
-        cols = None
-        if type(data) is dict:
             # Fast path: a flat dict whose values are all arrays or scalars.
             fast = self._dict_cache.get(tuple(data))
             if fast is not None:
                 leaves = list(data.values())
                 for v in leaves:
-                    if type(v) not in _LEAF_TYPES:
+                    if type(v) not in LEAF_TYPES:
                         break
                 else:
                     cols = fast
@@ -249,7 +245,7 @@ class TrajectoryWriter(StreamWriter):
             if (
                 type(data) is dict
                 and len(cols) == len(data)
-                and all(type(v) in _LEAF_TYPES for v in data.values())
+                and all(type(v) in LEAF_TYPES for v in data.values())
             ):
                 cols = self._learn_dict(data, cols)
                 leaves = list(data.values())
